@@ -1,0 +1,93 @@
+"""The `honing` command. User errors print one line naming the problem and exit 2."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from honing.errors import HoningError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, help="honing: RL post-training for language models.")
+tasks_app = typer.Typer(help="Look at task domains and sources.")
+app.add_typer(tasks_app, name="tasks")
+
+
+@app.command(context_settings={"allow_extra_args": False})
+def train(
+    overrides: Optional[list[str]] = typer.Argument(None, help="Dotted overrides, e.g. train.learning_rate=2e-5"),
+    config: Optional[str] = typer.Option(None, "--config", "-c", help="Recipe path or name in configs/ (default: quickstart)"),
+    out: Optional[Path] = typer.Option(None, "--out", help="Run directory (default: runs/<name>)"),
+    help_config: bool = typer.Option(False, "--help-config", help="Print every config key with its help and exit"),
+    no_progress: bool = typer.Option(False, "--no-progress", help="No progress bars (logs only)"),
+) -> None:
+    """Train a policy with GRPO on verifiable tasks (default recipe: configs/quickstart.yaml)."""
+    from honing.config import help_config as help_lines, load_config
+
+    if help_config:
+        typer.echo("\n".join(help_lines()))
+        return
+    cfg, path = load_config(config, overrides or [])
+    from honing.schedule.loop import default_run_dir, train as run_train
+
+    run_dir = out or default_run_dir(cfg, path.stem)
+    typer.echo(f"honing train: recipe {path}, model {cfg.model.name}, run directory {run_dir}", err=True)
+    summary = run_train(cfg, run_dir, show_progress=not no_progress and sys.stderr.isatty() or _force_progress())
+    b, a = summary["heldout_before"], summary["heldout_after"]
+    lines = [
+        "",
+        f"run directory   {run_dir}",
+        f"held-out tasks  {a['n_tasks']}",
+        f"pass@1          {b['pass@1']:.3f} -> {a['pass@1']:.3f}",
+        f"mean reward     {b['mean_reward']:.3f} -> {a['mean_reward']:.3f}",
+    ]
+    if summary.get("heldout_after_sft"):
+        lines.insert(3, f"after SFT       pass@1 {summary['heldout_after_sft']['pass@1']:.3f}")
+    lines += [f"steps           {summary['steps']}", f"wall time       {summary['wall_s']:.0f} s",
+              f"samples/s (RL)  {summary['samples_per_s']:.2f}", f"checkpoint      {summary['final_checkpoint']}"]
+    typer.echo("\n".join(lines))
+
+
+def _force_progress() -> bool:
+    return os.environ.get("HONING_PROGRESS", "") == "1"
+
+
+@tasks_app.command("list")
+def tasks_list(contains: Optional[str] = typer.Argument(None, help="Only names containing this")) -> None:
+    """List the reasoning-gym domains usable as gym:<name>."""
+    from honing.tasks import gym_dataset_names
+
+    for n in gym_dataset_names():
+        if not contains or contains in n:
+            typer.echo(f"gym:{n}")
+
+
+@tasks_app.command("show")
+def tasks_show(name: str, count: int = 3, split: str = "train", params: Optional[str] = typer.Option(None, help="JSON params")) -> None:
+    """Print a few tasks of a source (prompts only: hidden answers stay hidden unless --reveal)."""
+    from honing.tasks import make_source
+
+    src = make_source(name, json.loads(params) if params else {})
+    for i, t in enumerate(src.tasks(split, 0)):
+        if i >= count:
+            break
+        typer.echo(json.dumps({"id": t.id, "domain": t.domain, "prompt": [dict(m) for m in t.prompt]}))
+
+
+def main() -> None:
+    try:
+        app()
+    except HoningError as e:
+        print(f"honing: error: {e}", file=sys.stderr)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        print("honing: interrupted", file=sys.stderr)
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

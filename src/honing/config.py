@@ -1,0 +1,288 @@
+"""The config tree: one pydantic model, YAML recipes in configs/, dotted overrides on the CLI.
+
+Every field's docstring is its help text (`honing train --help-config`). Field names carry
+their unit. Unknown keys fail at start-up naming the key and the nearest valid one.
+"""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from honing.errors import ConfigError
+
+REPO_CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+DEFAULT_RECIPE = "quickstart"
+
+
+class _Node(BaseModel):
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, validate_assignment=True)
+
+
+class LoraConfig(_Node):
+    enabled: bool = False
+    """Train a LoRA adapter (peft) instead of all weights."""
+    r: int = Field(16, gt=0)
+    """LoRA rank."""
+    alpha: int = Field(32, gt=0)
+    """LoRA scaling numerator (scale = alpha / r)."""
+    dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    """Dropout on the LoRA branch."""
+    target_modules: list[str] = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    """Module names that get adapters."""
+
+
+class ModelConfig(_Node):
+    name: str = "smollm2-135m-instruct"
+    """Policy: 'smollm2-135m-instruct' (default), 'tiny-random[:SEED]', a local HF directory or a hub id."""
+    bf16_autocast: bool = True
+    """Use bf16 autocast for generation and training where the CPU/GPU supports bf16 (AMX, AVX512-BF16, CUDA)."""
+    lora: LoraConfig = LoraConfig()
+    """LoRA settings (off by default: full fine-tuning)."""
+
+
+class SourceConfig(_Node):
+    name: str
+    """Task source: 'gym:<reasoning_gym dataset>' or 'jsonl:<path>'."""
+    weight: float = Field(1.0, gt=0)
+    """Mixing weight of this source among the sources."""
+    params: dict[str, Any] = {}
+    """Source parameters (for gym: the dataset's config, e.g. min_digits, max_digits)."""
+    verifier: str | None = None
+    """Verifier name for this source's tasks (default: the source's own, e.g. 'reasoning_gym')."""
+
+
+class TasksConfig(_Node):
+    sources: list[SourceConfig] = [
+        SourceConfig(
+            name="gym:basic_arithmetic",
+            params={"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 2, "operators": ["+"]},
+        )
+    ]
+    """Where training and held-out tasks come from."""
+    system_prompt: str | None = None
+    """System message put before every task prompt (None: the chat template's default)."""
+    prompt_template: str = "{question}"
+    """User message; '{question}' is replaced by the task's question."""
+    prompts_per_step: int = Field(2, gt=0)
+    """Distinct tasks per training step."""
+    samples_per_prompt: int = Field(8, gt=0)
+    """Samples per task (the GRPO group size)."""
+    train_seed: int = 0
+    """Seed of the training task stream."""
+    heldout_seed: int = 1_000_003
+    """Seed of the held-out tasks; held-out and training tasks come from disjoint seed ranges."""
+    exclude_heldout_questions: bool = True
+    """Also skip training tasks whose question text equals a held-out question (small domains repeat)."""
+
+
+class GenerationConfig(_Node):
+    max_new_tokens: int = Field(48, gt=0)
+    """Most tokens generated per sample."""
+    temperature: float = Field(1.0, gt=0)
+    """Sampling temperature for training rollouts."""
+    top_p: float = Field(1.0, gt=0, le=1.0)
+    """Nucleus sampling mass (1.0: off)."""
+    top_k: int = Field(0, ge=0)
+    """Top-k sampling (0: off)."""
+    max_batch_size: int = Field(64, gt=0)
+    """Most sequences decoded together in one generate call."""
+
+
+class VerifyConfig(_Node):
+    extractor: Literal["answer_tag", "last_number", "boxed", "full"] = "last_number"
+    """How the final answer is taken from a completion."""
+    format_weight: float = Field(0.0, ge=0.0, le=1.0)
+    """Weight of the format layer in the reward (score = (1-w)*correct + w*format)."""
+
+
+class TrainConfig(_Node):
+    steps: int = Field(40, ge=0)
+    """RL steps (one batch of rollouts and one optimizer step each)."""
+    learning_rate: float = Field(1e-5, gt=0)
+    """AdamW learning rate."""
+    weight_decay: float = Field(0.0, ge=0)
+    """AdamW weight decay."""
+    betas: tuple[float, float] = (0.9, 0.99)
+    """AdamW betas."""
+    warmup_steps: int = Field(0, ge=0)
+    """Linear LR warm-up steps."""
+    max_grad_norm: float = Field(1.0, gt=0)
+    """Gradient clipping norm."""
+    micro_batch_size: int = Field(8, gt=0)
+    """Sequences per forward/backward; gradients accumulate over the step's batch."""
+    clip_eps_low: float = Field(0.2, gt=0)
+    """PPO clip: ratio lower bound 1 - clip_eps_low."""
+    clip_eps_high: float = Field(0.2, gt=0)
+    """PPO clip: ratio upper bound 1 + clip_eps_high (DAPO clip-higher when > low)."""
+    kl_coef: float = Field(0.0, ge=0)
+    """Coefficient of the k3 KL to the frozen reference; 0 loads no reference model."""
+    scale_rewards: bool = True
+    """GRPO: divide group-centred rewards by the group std (False: Dr. GRPO-style centring only)."""
+
+
+class SFTConfig(_Node):
+    steps: int = Field(0, ge=0)
+    """Warm-start SFT steps on demonstrations built from training tasks' reference answers (0: off)."""
+    learning_rate: float = Field(1e-3, gt=0)
+    """SFT learning rate."""
+    batch_size: int = Field(16, gt=0)
+    """Demonstrations per SFT step."""
+    response_template: str = "{answer}"
+    """Assistant reply of a demonstration; '{answer}' is the reference answer."""
+
+
+class EvalConfig(_Node):
+    heldout_tasks: int = Field(64, ge=0)
+    """Held-out tasks evaluated at start, every `every_steps` and at the end (0: no evaluation)."""
+    samples_per_task: int = Field(1, gt=0)
+    """Samples per held-out task (pass@1 is the mean over them)."""
+    temperature: float = Field(0.0, ge=0)
+    """Evaluation sampling temperature (0: greedy)."""
+    every_steps: int = Field(0, ge=0)
+    """Evaluate every N steps (0: only at start and end)."""
+
+
+class CheckpointConfig(_Node):
+    every_steps: int = Field(0, ge=0)
+    """Save a checkpoint every N steps (0: only at the end)."""
+    keep_last: int = Field(2, gt=0)
+    """How many step checkpoints to keep."""
+
+
+class RunConfig(_Node):
+    name: str | None = None
+    """Run name (default: recipe name + timestamp)."""
+    out_dir: str = "runs"
+    """Parent folder of run directories."""
+    seed: int = 0
+    """Seed for torch / sampling."""
+    model: ModelConfig = ModelConfig()
+    tasks: TasksConfig = TasksConfig()
+    generation: GenerationConfig = GenerationConfig()
+    verify: VerifyConfig = VerifyConfig()
+    train: TrainConfig = TrainConfig()
+    sft: SFTConfig = SFTConfig()
+    eval: EvalConfig = EvalConfig()
+    checkpoint: CheckpointConfig = CheckpointConfig()
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def _nearest(word: str, options: list[str]) -> str:
+    close = difflib.get_close_matches(word, options, n=1, cutoff=0.5)
+    return f" (did you mean '{close[0]}'?)" if close else f" (valid: {', '.join(sorted(options))})"
+
+
+def _node_at(path: tuple[Any, ...]) -> type[BaseModel] | None:
+    node: Any = RunConfig
+    for part in path:
+        if isinstance(part, int):
+            continue
+        field = node.model_fields.get(part) if isinstance(node, type) and issubclass(node, BaseModel) else None
+        if field is None:
+            return None
+        ann = field.annotation
+        args = getattr(ann, "__args__", ())
+        candidates = [ann, *args]
+        node = next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
+        if node is None:
+            return None
+    return node
+
+
+def _explain(err: ValidationError, origin: str) -> ConfigError:
+    first = err.errors()[0]
+    loc = tuple(first["loc"])
+    dotted = ".".join(str(p) for p in loc)
+    if first["type"] == "extra_forbidden":
+        parent = _node_at(loc[:-1])
+        hint = _nearest(str(loc[-1]), list(parent.model_fields)) if parent else ""
+        return ConfigError(f"{origin}: unknown key '{dotted}'{hint}")
+    value = first.get("input")
+    return ConfigError(f"{origin}: bad value for '{dotted}': {first['msg']} (got {value!r})")
+
+
+def resolve_recipe(ref: str | Path | None) -> Path:
+    """A recipe path, or a recipe name looked up in configs/ (default: quickstart)."""
+    ref = DEFAULT_RECIPE if ref is None else ref
+    path = Path(ref)
+    if path.is_file():
+        return path
+    for folder in (Path.cwd() / "configs", REPO_CONFIGS):
+        cand = folder / f"{ref}.yaml"
+        if cand.is_file():
+            return cand
+    raise ConfigError(f"config file not found: {ref}")
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """'train.learning_rate=2e-5' -> (['train', 'learning_rate'], 2e-05). Values parse as YAML."""
+    if "=" not in text:
+        raise ConfigError(f"override '{text}' is not KEY=VALUE (e.g. train.learning_rate=2e-5)")
+    key, raw = text.split("=", 1)
+    if not key:
+        raise ConfigError(f"override '{text}' has an empty key")
+    try:
+        value = yaml.safe_load(raw) if raw != "" else ""
+    except yaml.YAMLError:
+        value = raw
+    return key.strip().split("."), value
+
+
+def _set_dotted(tree: dict[str, Any], keys: list[str], value: Any) -> None:
+    node = tree
+    for i, k in enumerate(keys[:-1]):
+        child = node.setdefault(k, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"override: '{'.'.join(keys[: i + 1])}' is not a section")
+        node = child
+    node[keys[-1]] = value
+
+
+def load_config(ref: str | Path | None = None, overrides: list[str] = ()) -> tuple[RunConfig, Path]:
+    """Load a recipe, apply dotted overrides, validate once. Errors name file, key and nearest key."""
+    path = resolve_recipe(ref)
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise ConfigError(f"{path}:{where} is not valid YAML: {getattr(e, 'problem', e)}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: top level must be a mapping of sections, got {type(data).__name__}")
+    try:
+        RunConfig.model_validate(data)
+    except ValidationError as e:
+        raise _explain(e, str(path)) from None
+    for text in overrides:
+        keys, value = parse_override(text)
+        _set_dotted(data, keys, value)
+        try:
+            RunConfig.model_validate(data)
+        except ValidationError as e:
+            raise _explain(e, f"override '{text}'") from None
+    return RunConfig.model_validate(data), path
+
+
+def dump_config(cfg: RunConfig) -> str:
+    return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)
+
+
+def help_config(node: type[BaseModel] = RunConfig, prefix: str = "") -> list[str]:
+    """Every leaf key with its default and docstring, for `--help-config`."""
+    lines: list[str] = []
+    for name, field in node.model_fields.items():
+        ann = field.annotation
+        key = f"{prefix}{name}"
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            lines.extend(help_config(ann, key + "."))
+            continue
+        default = field.default
+        lines.append(f"{key} = {default!r}\n    {field.description or ''}")
+    return lines

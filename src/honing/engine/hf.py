@@ -1,0 +1,157 @@
+"""The transformers generation backend (CPU or GPU).
+
+Our own decode loop rather than `model.generate`: it returns the exact sampling log-probs of
+each token without keeping full-vocabulary scores for every step, and it runs the prompt of a
+GRPO group once (prefill) and then copies its KV cache to the group's n samples.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator, Sequence
+
+import torch
+from transformers import DynamicCache, PreTrainedModel
+
+from honing.engine.types import Sample, SamplingParams
+
+
+def bf16_supported(device: torch.device | str = "cpu") -> bool:
+    """bf16 matmuls that are fast, not emulated: CUDA with bf16, or a CPU with AMX/AVX512-BF16."""
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    try:
+        flags = open("/proc/cpuinfo").read()
+    except OSError:
+        return False
+    return "amx_bf16" in flags or "avx512_bf16" in flags
+
+
+def autocast_ctx(enabled: bool, device: torch.device | str = "cpu") -> contextlib.AbstractContextManager:
+    dev = torch.device(device)
+    if enabled:
+        return torch.autocast(dev.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def sample_tokens(logits: torch.Tensor, params: SamplingParams,
+                  gen: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pick one token per row; return (tokens, their log-probs under softmax(logits / T))."""
+    logits = logits.float()
+    if params.temperature == 0:
+        logp = torch.log_softmax(logits, dim=-1)
+        tok = logits.argmax(dim=-1)
+        return tok, logp.gather(-1, tok[:, None]).squeeze(-1)
+    logp = torch.log_softmax(logits / params.temperature, dim=-1)
+    filt = logp.clone()
+    if params.top_k > 0:
+        kth = torch.topk(filt, min(params.top_k, filt.shape[-1]), dim=-1).values[:, -1:]
+        filt = filt.masked_fill(filt < kth, float("-inf"))
+    if params.top_p < 1.0:
+        srt, idx = torch.sort(filt, descending=True, dim=-1)
+        cum = torch.softmax(srt, dim=-1).cumsum(-1)
+        drop = cum - torch.softmax(srt, dim=-1) > params.top_p  # keep the token that crosses top_p
+        filt = filt.scatter(-1, idx, srt.masked_fill(drop, float("-inf")))
+    tok = torch.multinomial(torch.softmax(filt, dim=-1), 1, generator=gen).squeeze(-1)
+    return tok, logp.gather(-1, tok[:, None]).squeeze(-1)
+
+
+def left_pad(prompts: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for i, p in enumerate(prompts):
+        if p:
+            ids[i, width - len(p):] = torch.tensor(list(p), dtype=torch.long)
+            mask[i, width - len(p):] = 1
+    return ids, mask
+
+
+class TransformersEngine:
+    """Generates from an in-process model. The trainer updates the same module, so
+    `load_weights` only bumps the policy version (a remote engine would copy weights)."""
+
+    def __init__(self, model: PreTrainedModel, eos_ids: Sequence[int], pad_id: int,
+                 bf16_autocast: bool = False, max_batch_size: int = 64) -> None:
+        self.model = model
+        self.eos_ids = torch.tensor(sorted(set(eos_ids)), dtype=torch.long)
+        self.pad_id = pad_id
+        self.autocast = bf16_autocast and bf16_supported(model.device)
+        self.max_batch_size = max_batch_size
+        self.version = 0
+
+    def load_weights(self, state: object, version: int) -> None:
+        if state is not None and state is not self.model:
+            self.model.load_state_dict(state)  # type: ignore[arg-type]
+        self.version = version
+
+    def _chunks(self, n_prompts: int, n: int) -> Iterator[range]:
+        per = max(1, self.max_batch_size // max(n, 1))
+        for start in range(0, n_prompts, per):
+            yield range(start, min(n_prompts, start + per))
+
+    @torch.no_grad()
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams,
+                 seed: int | None = None) -> list[list[Sample]]:
+        gen = torch.Generator().manual_seed(seed) if seed is not None else None
+        was_training = self.model.training
+        self.model.eval()
+        out: list[list[Sample]] = []
+        try:
+            for idx in self._chunks(len(prompts), params.n):
+                out.extend(self._generate_chunk([prompts[i] for i in idx], params, gen))
+        finally:
+            self.model.train(was_training)
+        return out
+
+    def _generate_chunk(self, prompts: list[Sequence[int]], params: SamplingParams,
+                        gen: torch.Generator | None) -> list[list[Sample]]:
+        dev = self.model.device
+        ids, mask = left_pad(prompts, self.pad_id)
+        ids, mask = ids.to(dev), mask.to(dev)
+        pos = (mask.cumsum(-1) - 1).clamp(min=0)
+        cache = DynamicCache()
+        with autocast_ctx(self.autocast, dev):
+            logits = self.model(input_ids=ids, attention_mask=mask, position_ids=pos,
+                                past_key_values=cache, use_cache=True, logits_to_keep=1).logits[:, -1]
+        n = params.n
+        if n > 1:  # the group shares one prefill; copy its cache to the n samples
+            cache.batch_repeat_interleave(n)
+            logits, mask = logits.repeat_interleave(n, 0), mask.repeat_interleave(n, 0)
+            pos = pos.repeat_interleave(n, 0)
+        rows = logits.shape[0]
+        next_pos = pos[:, -1:] + 1
+        eos = self.eos_ids.to(dev)
+        done = torch.zeros(rows, dtype=torch.bool, device=dev)
+        toks, lps = [], []
+        for step in range(params.max_new_tokens):
+            tok, lp = sample_tokens(logits, params, gen if dev.type == "cpu" else None)
+            tok = torch.where(done, torch.full_like(tok, self.pad_id), tok)
+            toks.append(tok)
+            lps.append(lp)
+            newly = torch.isin(tok, eos) & ~done
+            done = done | newly
+            if bool(done.all()) or step == params.max_new_tokens - 1:
+                break
+            mask = torch.cat([mask, torch.ones((rows, 1), dtype=mask.dtype, device=dev)], dim=1)
+            with autocast_ctx(self.autocast, dev):
+                logits = self.model(input_ids=tok[:, None], attention_mask=mask, position_ids=next_pos,
+                                    past_key_values=cache, use_cache=True).logits[:, -1]
+            next_pos = next_pos + 1
+        tok_m = torch.stack(toks, 1).cpu()
+        lp_m = torch.stack(lps, 1).float().cpu()
+        samples: list[list[Sample]] = []
+        eos_set = set(self.eos_ids.tolist())
+        for r in range(rows):
+            ids_r, lps_r, reason = [], [], "length"
+            for t in range(tok_m.shape[1]):
+                ids_r.append(int(tok_m[r, t]))
+                lps_r.append(float(lp_m[r, t]))
+                if ids_r[-1] in eos_set:
+                    reason = "stop"
+                    break
+            if r % n == 0:
+                samples.append([])
+            samples[-1].append(Sample(tuple(ids_r), tuple(lps_r), reason))  # type: ignore[arg-type]
+        return samples

@@ -1,0 +1,46 @@
+"""Held-out evaluation during training: pass@1 and mean reward on tasks training never sees."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Sequence
+
+from transformers import PreTrainedTokenizerBase
+
+from honing.engine.types import Engine, SamplingParams
+from honing.rollout.single import rollout
+from honing.tasks.types import Task
+from honing.verify import VerifyContext, grade
+
+
+def evaluate(engine: Engine, tokenizer: PreTrainedTokenizerBase, tasks: Sequence[Task], params: SamplingParams,
+             ctx: VerifyContext, seed: int = 0) -> dict:
+    """pass@1 = mean over tasks of the fraction of samples that pass (the unbiased estimator for k=1).
+
+    Infra errors are excluded from the denominators and counted.
+    """
+    if not tasks:
+        return {"pass@1": float("nan"), "mean_reward": float("nan"), "n_tasks": 0, "infra_errors": 0}
+    trajs = rollout(engine, tokenizer, tasks, params, seed=seed)
+    per_task: dict[int, list] = defaultdict(list)
+    infra = 0
+    for t in trajs:
+        v = grade(tasks[t.group], t.completion_text, ctx)
+        if v.infra_error:
+            infra += 1
+            continue
+        per_task[t.group].append(v)
+    pass1 = [sum(v.passed for v in vs) / len(vs) for vs in per_task.values() if vs]
+    rewards = [v.score for vs in per_task.values() for v in vs]
+    by_domain: dict[str, list[float]] = defaultdict(list)
+    for g, vs in per_task.items():
+        by_domain[tasks[g].domain].append(sum(v.passed for v in vs) / len(vs))
+    return {
+        "pass@1": sum(pass1) / max(len(pass1), 1),
+        "mean_reward": sum(rewards) / max(len(rewards), 1),
+        "n_tasks": len(per_task),
+        "infra_errors": infra,
+        "truncated_frac": sum(t.finish_reason == "length" for t in trajs) / len(trajs),
+        "per_domain_pass@1": {d: sum(x) / len(x) for d, x in by_domain.items()},
+        "examples": [{"task": tasks[t.group].question, "completion": t.completion_text} for t in trajs[:3]],
+    }

@@ -1,0 +1,1 @@
+"""Scheduling: task sampling and the training loop (synchronous now; async strategies later)."""

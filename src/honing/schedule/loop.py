@@ -1,0 +1,188 @@
+"""The synchronous training loop. One step reads top to bottom:
+
+    sample tasks -> roll out -> verify -> advantages -> update -> sync weights -> log / checkpoint
+
+Held-out evaluation runs at the start, every `eval.every_steps`, and at the end.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from honing.config import RunConfig, dump_config
+from honing.engine import SamplingParams, TransformersEngine
+from honing.eval import evaluate
+from honing.models import load_policy
+from honing.rollout import Trajectory, rollout
+from honing.schedule.progress import Progress
+from honing.schedule.runlog import RunLog, atomic_write_text, prune_checkpoints, save_checkpoint
+from honing.schedule.sampler import TaskSampler, check_seed_ranges, heldout_tasks
+from honing.tasks import Task, make_source
+from honing.train import PolicyTrainer, grpo_advantages
+from honing.train.sft import demonstrations, sft
+from honing.verify import VerifyContext, grade
+
+
+def default_run_dir(cfg: RunConfig, recipe: str) -> Path:
+    name = cfg.name or f"{recipe}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    return Path(cfg.out_dir) / name
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+@dataclass
+class Setup:
+    """Everything a run needs, built once from the config (fails fast on bad input)."""
+
+    sources: list
+    heldout: list[Task]
+    sampler: TaskSampler
+    ctx: VerifyContext
+    exclude: set[str]
+
+
+def build_tasks(cfg: RunConfig) -> Setup:
+    t = cfg.tasks
+    check_seed_ranges(t.train_seed, t.heldout_seed)
+    sources = [make_source(s.name, s.params, s.verifier, t.prompt_template, t.system_prompt) for s in t.sources]
+    held = heldout_tasks(sources, cfg.eval.heldout_tasks, t.heldout_seed)
+    exclude = {h.question for h in held} if t.exclude_heldout_questions else set()
+    sampler = TaskSampler(sources, [s.weight for s in t.sources], t.train_seed, exclude)
+    from honing.verify import get_verifier
+
+    for s in sources:  # unknown verifier names fail now, not at step 1
+        get_verifier(s.verifier)
+    return Setup(sources, held, sampler, VerifyContext(cfg.verify.extractor, cfg.verify.format_weight), exclude)
+
+
+def verify_and_score(trajs: list[Trajectory], tasks: Sequence[Task], ctx: VerifyContext,
+                     group_size: int, scale: bool) -> tuple[list[Trajectory], dict[str, float]]:
+    """Grade every trajectory, drop groups with an infrastructure error (never score them 0),
+    and set group-normalised advantages."""
+    for t in trajs:
+        t.verdict = grade(tasks[t.group], t.completion_text, ctx)
+        t.reward = t.verdict.score
+    bad_groups = {t.group for t in trajs if t.status == "infra_error"}
+    kept = [t for t in trajs if t.group not in bad_groups]
+    if kept:
+        adv = grpo_advantages(torch.tensor([t.reward for t in kept]), group_size, scale=scale)
+        for t, a in zip(kept, adv.tolist()):
+            t.advantage = a
+    rewards = [t.reward for t in kept] or [0.0]
+    groups = [kept[i:i + group_size] for i in range(0, len(kept), group_size)]
+    return kept, {
+        "reward": sum(rewards) / len(rewards),
+        "pass_rate": sum(bool(t.verdict and t.verdict.passed) for t in kept) / max(len(kept), 1),
+        "solve_none_frac": sum(all(x.reward == 0 for x in g) for g in groups) / max(len(groups), 1),
+        "solve_all_frac": sum(all(x.verdict.passed for x in g) for g in groups) / max(len(groups), 1),
+        "completion_len": sum(len(t.completion_ids) for t in kept) / max(len(kept), 1),
+        "truncated_frac": sum(t.finish_reason == "length" for t in kept) / max(len(kept), 1),
+        "infra_errors": float(len(trajs) - len(kept)),
+    }
+
+
+def train(cfg: RunConfig, run_dir: Path, show_progress: bool = True) -> dict[str, Any]:
+    """Run the whole job; returns the summary (also written to run_dir/summary.json)."""
+    t_start = time.time()
+    setup = build_tasks(cfg)
+    seed_everything(cfg.seed)
+    model, tok = load_policy(cfg.model.name, seed=cfg.seed)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(run_dir / "config.yaml", dump_config(cfg))
+    log = RunLog(run_dir)
+    eos_ids = [i for i in {tok.eos_token_id, tok.convert_tokens_to_ids("<|im_end|>")} if isinstance(i, int)
+               and i >= 0 and i != tok.unk_token_id]
+    engine = TransformersEngine(model, eos_ids, tok.pad_token_id, cfg.model.bf16_autocast,
+                                cfg.generation.max_batch_size)
+    g = cfg.generation
+    train_params = SamplingParams(g.max_new_tokens, g.temperature, g.top_p, g.top_k, cfg.tasks.samples_per_prompt)
+    eval_params = SamplingParams(g.max_new_tokens, cfg.eval.temperature, g.top_p, g.top_k, cfg.eval.samples_per_task)
+    progress = Progress(enabled=show_progress)
+
+    def run_eval(step: int, label: str) -> dict:
+        with progress.phase(f"held-out eval ({label})"):
+            res = evaluate(engine, tok, setup.heldout, eval_params, setup.ctx, seed=cfg.seed + 7)
+        log.log(step, {f"heldout/{k}": v for k, v in res.items() if isinstance(v, (int, float))})
+        progress.note(f"held-out {label}: pass@1 {res['pass@1']:.3f}  mean reward {res['mean_reward']:.3f}")
+        return res
+
+    with progress:
+        before = run_eval(0, "before")
+        if cfg.sft.steps:
+            demo_tasks = TaskSampler(setup.sources, [s.weight for s in cfg.tasks.sources], cfg.tasks.train_seed + 1,
+                                     setup.exclude).next(cfg.sft.batch_size * 8)
+            demos = demonstrations(tok, demo_tasks, cfg.sft.response_template, eos_ids[0])
+            bar = progress.bar("SFT warm start", cfg.sft.steps)
+            losses = sft(model, demos, tok.pad_token_id, cfg.sft.steps, cfg.sft.learning_rate, cfg.sft.batch_size,
+                         cfg.model.bf16_autocast, cfg.seed, on_step=lambda s, l: bar.advance(f"loss {l:.3f}"))
+            log.log(0, {"sft/final_loss": losses[-1]})
+            after_sft = run_eval(0, "after SFT")
+        else:
+            after_sft = None
+
+        trainer = PolicyTrainer(model, tok.pad_token_id, cfg.train, cfg.model.lora, cfg.model.bf16_autocast,
+                                g.temperature)
+        engine.model = trainer.model  # LoRA wraps the module; generate with the adapted policy
+        bar = progress.bar("RL", cfg.train.steps)
+        samples_total, rl_time = 0, 0.0
+        ckpt_root = run_dir / "checkpoints"
+        for step in range(1, cfg.train.steps + 1):
+            t0 = time.perf_counter()
+            tasks = setup.sampler.next(cfg.tasks.prompts_per_step)                       # sample tasks
+            trajs = rollout(engine, tok, tasks, train_params, seed=cfg.seed * 100_003 + step)  # roll out
+            t_gen = time.perf_counter() - t0
+            trajs, stats = verify_and_score(trajs, tasks, setup.ctx, cfg.tasks.samples_per_prompt,
+                                            cfg.train.scale_rewards)                      # verify, advantages
+            upd = trainer.step(trajs)                                                    # update policy
+            engine.load_weights(None, version=step)                                      # sync weights
+            dt = time.perf_counter() - t0
+            samples_total += len(trajs)
+            rl_time += dt
+            log.log(step, {**{f"train/{k}": v for k, v in stats.items()}, **{f"train/{k}": v for k, v in upd.items()},
+                           "time/gen_s": t_gen, "time/step_s": dt, "time/samples_per_s": len(trajs) / dt})
+            bar.advance(f"reward {stats['reward']:.2f}  pass {stats['pass_rate']:.2f}  {dt:.1f}s/step")
+            if cfg.eval.every_steps and step % cfg.eval.every_steps == 0 and step < cfg.train.steps:
+                run_eval(step, f"step {step}")
+            if cfg.checkpoint.every_steps and step % cfg.checkpoint.every_steps == 0:
+                with progress.phase(f"checkpoint step {step}"):
+                    _checkpoint(ckpt_root / f"step-{step}", trainer, tok, step)
+                    prune_checkpoints(ckpt_root, cfg.checkpoint.keep_last)
+        after = run_eval(cfg.train.steps, "after")
+        with progress.phase("final checkpoint"):
+            final = _checkpoint(ckpt_root / "final", trainer, tok, cfg.train.steps)
+
+    log.close()
+    keep = ("pass@1", "mean_reward", "n_tasks", "infra_errors", "per_domain_pass@1")
+    summary = {
+        "heldout_before": {k: before[k] for k in keep},
+        "heldout_after": {k: after[k] for k in keep},
+        "heldout_after_sft": {k: after_sft[k] for k in keep} if after_sft else None,
+        "steps": cfg.train.steps,
+        "wall_s": round(time.time() - t_start, 2),
+        "samples_per_s": samples_total / rl_time if rl_time else 0.0,
+        "final_checkpoint": str(final),
+        "examples_after": after["examples"],
+    }
+    import json
+
+    atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=2))
+    return summary
+
+
+def _checkpoint(path: Path, trainer: PolicyTrainer, tok: Any, step: int) -> Path:
+    exported = trainer.export_model()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return save_checkpoint(path, exported, tok, trainer.state(), step,
+                           adapter_model=trainer.model if trainer.lora else None)

@@ -1,0 +1,95 @@
+"""reasoning-gym domains as a TaskSource: `gym:<dataset_name>` with the dataset's config."""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from functools import lru_cache
+from typing import Any, Iterator
+
+from honing.errors import TaskError
+from honing.tasks.types import Task, VerifierSpec
+
+# Item i of a reasoning-gym dataset is generated from Random(seed + i). Training streams use
+# seeds [train_seed, train_seed + TRAIN_SEED_SPAN); a held-out seed must lie outside that span.
+TRAIN_SEED_SPAN = 1_000_000
+
+
+def gym_dataset_names() -> list[str]:
+    from reasoning_gym.factory import DATASETS
+
+    return sorted(DATASETS)
+
+
+def check_dataset(name: str, params: dict[str, Any]) -> None:
+    """Fail early, naming the closest valid dataset or config key."""
+    from reasoning_gym.factory import DATASETS
+
+    if name not in DATASETS:
+        close = difflib.get_close_matches(name, list(DATASETS), n=3, cutoff=0.5)
+        hint = f"; closest: {', '.join(close)}" if close else f"; {len(DATASETS)} exist (honing tasks list)"
+        raise TaskError(f"unknown reasoning-gym domain 'gym:{name}'{hint}")
+    _, cfg_cls = DATASETS[name]
+    valid = [f.name for f in dataclasses.fields(cfg_cls) if f.name not in ("seed", "size")]
+    for key in params:
+        if key not in valid:
+            close = difflib.get_close_matches(key, valid, n=1, cutoff=0.5)
+            hint = f" (did you mean '{close[0]}'?)" if close else f" (valid: {', '.join(valid)})"
+            raise TaskError(f"gym:{name}: unknown parameter '{key}'{hint}")
+
+
+def _freeze(params: dict[str, Any]) -> tuple:
+    return tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in params.items()))
+
+
+@lru_cache(maxsize=64)
+def _dataset(name: str, frozen: tuple, seed: int, size: int) -> Any:
+    import reasoning_gym
+
+    params = {k: list(v) if isinstance(v, tuple) else v for k, v in frozen}
+    try:
+        return reasoning_gym.create_dataset(name, seed=seed, size=size, **params)
+    except (AssertionError, ValueError, TypeError) as e:
+        raise TaskError(f"gym:{name}: invalid parameters {params}: {e}") from None
+
+
+def gym_dataset(name: str, params: dict[str, Any], seed: int = 0, size: int = 1) -> Any:
+    """A reasoning-gym dataset object (cached); verifiers use it for `score_answer`."""
+    return _dataset(name, _freeze(params), seed, size)
+
+
+class GymSource:
+    """Tasks from one reasoning-gym dataset, graded by its own scorer unless told otherwise."""
+
+    def __init__(self, name: str, params: dict[str, Any] | None = None, verifier: str | None = None,
+                 prompt_template: str = "{question}", system_prompt: str | None = None) -> None:
+        self.name = name
+        self.params = dict(params or {})
+        check_dataset(name, self.params)
+        self.domain = f"gym:{name}"
+        self.verifier = verifier or "reasoning_gym"
+        self.prompt_template = prompt_template
+        self.system_prompt = system_prompt
+        gym_dataset(name, self.params, 0, 1)  # validates the values too
+
+    def _task(self, entry: dict[str, Any], seed: int, idx: int, split: str) -> Task:
+        question = self.prompt_template.replace("{question}", entry["question"])
+        prompt = ([{"role": "system", "content": self.system_prompt}] if self.system_prompt else [])
+        prompt.append({"role": "user", "content": question})
+        meta = entry.get("metadata", {})
+        diff = meta.get("difficulty")
+        return Task(
+            id=f"{self.domain}/{split}/{seed + idx}",
+            domain=self.domain,
+            prompt=tuple(prompt),
+            verifier=VerifierSpec(self.verifier, {"dataset": self.name, "params": self.params}),
+            hidden={"answer": entry["answer"], "entry": entry},
+            difficulty=None if not isinstance(diff, (int, float)) else float(diff),
+            metadata={"seed": seed + idx, "question": entry["question"]},
+        )
+
+    def tasks(self, split: str, seed: int) -> Iterator[Task]:
+        span = TRAIN_SEED_SPAN if split == "train" else 100_000
+        ds = gym_dataset(self.name, self.params, seed, span)
+        for idx in range(span):
+            yield self._task(ds[idx], seed, idx, split)
