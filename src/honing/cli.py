@@ -32,8 +32,11 @@ def train(
         typer.echo("\n".join(help_lines()))
         return
     cfg, path = load_config(config, overrides or [])
-    from honing.schedule.loop import default_run_dir, train as run_train
+    from honing.models import resolve_model_dir
+    from honing.schedule.loop import build_tasks, default_run_dir, train as run_train
 
+    build_tasks(cfg)  # bad domains, params and verifiers fail here, before anything is written
+    resolve_model_dir(cfg.model.name)
     run_dir = out or default_run_dir(cfg, path.stem)
     typer.echo(f"honing train: recipe {path}, model {cfg.model.name}, run directory {run_dir}", err=True)
     summary = run_train(cfg, run_dir, show_progress=not no_progress and sys.stderr.isatty() or _force_progress())

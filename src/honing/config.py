@@ -7,6 +7,7 @@ their unit. Unknown keys fail at start-up naming the key and the nearest valid o
 from __future__ import annotations
 
 import difflib
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -15,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from honing.errors import ConfigError
 
+_FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
 REPO_CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 DEFAULT_RECIPE = "quickstart"
 
@@ -232,6 +234,8 @@ def parse_override(text: str) -> tuple[list[str], Any]:
         value = yaml.safe_load(raw) if raw != "" else ""
     except yaml.YAMLError:
         value = raw
+    if isinstance(value, str) and _FLOAT.fullmatch(value):  # YAML 1.1 reads '2e-5' as a string
+        value = float(value)
     return key.strip().split("."), value
 
 

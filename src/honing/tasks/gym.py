@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import json
 from functools import lru_cache
 from typing import Any, Iterator
 
@@ -38,15 +39,11 @@ def check_dataset(name: str, params: dict[str, Any]) -> None:
             raise TaskError(f"gym:{name}: unknown parameter '{key}'{hint}")
 
 
-def _freeze(params: dict[str, Any]) -> tuple:
-    return tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in params.items()))
-
-
 @lru_cache(maxsize=64)
-def _dataset(name: str, frozen: tuple, seed: int, size: int) -> Any:
+def _dataset(name: str, frozen: str, seed: int, size: int) -> Any:
     import reasoning_gym
 
-    params = {k: list(v) if isinstance(v, tuple) else v for k, v in frozen}
+    params = json.loads(frozen)
     try:
         return reasoning_gym.create_dataset(name, seed=seed, size=size, **params)
     except (AssertionError, ValueError, TypeError) as e:
@@ -55,7 +52,7 @@ def _dataset(name: str, frozen: tuple, seed: int, size: int) -> Any:
 
 def gym_dataset(name: str, params: dict[str, Any], seed: int = 0, size: int = 1) -> Any:
     """A reasoning-gym dataset object (cached); verifiers use it for `score_answer`."""
-    return _dataset(name, _freeze(params), seed, size)
+    return _dataset(name, json.dumps(params, sort_keys=True), seed, size)
 
 
 class GymSource:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import math
 import time
+import warnings
 from typing import Sequence
 
 import torch
@@ -111,7 +112,9 @@ class PolicyTrainer:
         lr = self.sched.get_last_lr()[0]
         if active:
             self.opt.step()
-        self.sched.step()
+        with warnings.catch_warnings():  # an all-zero-advantage batch skips opt.step(); the schedule still advances
+            warnings.simplefilter("ignore", UserWarning)
+            self.sched.step()
         self.opt.zero_grad(set_to_none=True)
         self.step_count += 1
         denom = max(tokens_seen, 1.0)

@@ -31,7 +31,8 @@ def register_verifier(name: str, verifier: Verifier | Callable[..., float] | Non
     """Register an object with `.verify` or a plain reward function; usable as a decorator."""
 
     def add(v: Any) -> Any:
-        _REGISTRY[name] = v if hasattr(v, "verify") else FunctionVerifier(v)
+        obj = v() if isinstance(v, type) else v  # a decorated class is instantiated once
+        _REGISTRY[name] = obj if hasattr(obj, "verify") else FunctionVerifier(obj)
         return v
 
     return add(verifier) if verifier is not None else add
