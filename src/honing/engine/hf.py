@@ -8,6 +8,7 @@ GRPO group once (prefill) and then copies its KV cache to the group's n samples.
 from __future__ import annotations
 
 import contextlib
+import inspect
 from typing import Iterator, Sequence
 
 import torch
@@ -68,6 +69,12 @@ def left_pad(prompts: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tenso
     return ids, mask
 
 
+def _cache_kwarg(model: PreTrainedModel) -> str:
+    """transformers renamed `past_key_values` to `cache` (deprecated in 5.x); use what this version takes."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return "cache" if "cache" in inspect.signature(type(base).forward).parameters else "past_key_values"
+
+
 class TransformersEngine:
     """Generates from an in-process model. The trainer updates the same module, so
     `load_weights` only bumps the policy version (a remote engine would copy weights)."""
@@ -80,6 +87,11 @@ class TransformersEngine:
         self.autocast = bf16_autocast and bf16_supported(model.device)
         self.max_batch_size = max_batch_size
         self.version = 0
+        self._cache_kw = _cache_kwarg(model)
+
+    def set_model(self, model: PreTrainedModel) -> None:
+        self.model = model
+        self._cache_kw = _cache_kwarg(model)
 
     def load_weights(self, state: object, version: int) -> None:
         if state is not None and state is not self.model:
@@ -114,7 +126,7 @@ class TransformersEngine:
         cache = DynamicCache()
         with autocast_ctx(self.autocast, dev):
             logits = self.model(input_ids=ids, attention_mask=mask, position_ids=pos,
-                                past_key_values=cache, use_cache=True, logits_to_keep=1).logits[:, -1]
+                                use_cache=True, logits_to_keep=1, **{self._cache_kw: cache}).logits[:, -1]
         n = params.n
         if n > 1:  # the group shares one prefill; copy its cache to the n samples
             cache.batch_repeat_interleave(n)
@@ -137,7 +149,7 @@ class TransformersEngine:
             mask = torch.cat([mask, torch.ones((rows, 1), dtype=mask.dtype, device=dev)], dim=1)
             with autocast_ctx(self.autocast, dev):
                 logits = self.model(input_ids=tok[:, None], attention_mask=mask, position_ids=next_pos,
-                                    past_key_values=cache, use_cache=True).logits[:, -1]
+                                    use_cache=True, **{self._cache_kw: cache}).logits[:, -1]
             next_pos = next_pos + 1
         tok_m = torch.stack(toks, 1).cpu()
         lp_m = torch.stack(lps, 1).float().cpu()

@@ -25,7 +25,7 @@ def evaluate(engine: Engine, tokenizer: PreTrainedTokenizerBase, tasks: Sequence
     per_task: dict[int, list] = defaultdict(list)
     infra = 0
     for t in trajs:
-        v = grade(tasks[t.group], t.completion_text, ctx)
+        v = grade(tasks[t.group], t, ctx)
         if v.infra_error:
             infra += 1
             continue

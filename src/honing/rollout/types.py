@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from honing.verify.types import Verdict
+if TYPE_CHECKING:  # verify imports this module; keep the runtime import one-way
+    from honing.verify.types import Verdict
 
 Status = Literal["ok", "truncated", "infra_error"]
 
@@ -34,6 +35,12 @@ class Trajectory:
     def __post_init__(self) -> None:
         if not self.loss_mask:
             self.loss_mask = (1,) * len(self.completion_ids)
+
+    @classmethod
+    def from_text(cls, task_id: str, domain: str, text: str) -> "Trajectory":
+        """A text-only trajectory (no tokens), for grading a completion that did not come from an engine."""
+        return cls(task_id=task_id, domain=domain, prompt_ids=(), completion_ids=(), logprobs=(),
+                   completion_text=text, finish_reason="stop", policy_version=-1)
 
     @property
     def status(self) -> Status:

@@ -72,7 +72,7 @@ def verify_and_score(trajs: list[Trajectory], tasks: Sequence[Task], ctx: Verify
     """Grade every trajectory, drop groups with an infrastructure error (never score them 0),
     and set group-normalised advantages."""
     for t in trajs:
-        t.verdict = grade(tasks[t.group], t.completion_text, ctx)
+        t.verdict = grade(tasks[t.group], t, ctx)
         t.reward = t.verdict.score
     bad_groups = {t.group for t in trajs if t.status == "infra_error"}
     kept = [t for t in trajs if t.group not in bad_groups]
@@ -134,7 +134,7 @@ def train(cfg: RunConfig, run_dir: Path, show_progress: bool = True) -> dict[str
 
         trainer = PolicyTrainer(model, tok.pad_token_id, cfg.train, cfg.model.lora, cfg.model.bf16_autocast,
                                 g.temperature)
-        engine.model = trainer.model  # LoRA wraps the module; generate with the adapted policy
+        engine.set_model(trainer.model)  # LoRA wraps the module; generate with the adapted policy
         bar = progress.bar("RL", cfg.train.steps)
         samples_total, rl_time = 0, 0.0
         ckpt_root = run_dir / "checkpoints"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from honing.rollout.types import Trajectory
 from honing.tasks.gym import gym_dataset
 from honing.verify.extract import EXTRACTORS
 from honing.verify.registry import register_verifier
@@ -27,9 +28,9 @@ def layered(correct: float, format_ok: bool, ctx: VerifyContext, details: str, t
 class ReasoningGymVerifier:
     """The dataset's own `score_answer` on the extracted answer."""
 
-    def verify(self, task: Any, completion: str, ctx: VerifyContext) -> Verdict:
+    def verify(self, task: Any, trajectory: Trajectory, ctx: VerifyContext) -> Verdict:
         t0 = time.perf_counter()
-        answer, format_ok = EXTRACTORS[ctx.extractor](completion)
+        answer, format_ok = EXTRACTORS[ctx.extractor](trajectory.completion_text)
         ds = gym_dataset(task.verifier.params["dataset"], dict(task.verifier.params.get("params", {})))
         correct = float(ds.score_answer(answer, task.hidden["entry"])) if answer is not None else 0.0
         return layered(correct, format_ok, ctx, f"extracted={answer!r}", t0)
@@ -42,9 +43,9 @@ def _norm(s: str) -> str:
 class ExactVerifier:
     """Normalised (case, whitespace) string equality with the reference answer."""
 
-    def verify(self, task: Any, completion: str, ctx: VerifyContext) -> Verdict:
+    def verify(self, task: Any, trajectory: Trajectory, ctx: VerifyContext) -> Verdict:
         t0 = time.perf_counter()
-        answer, format_ok = EXTRACTORS[ctx.extractor](completion)
+        answer, format_ok = EXTRACTORS[ctx.extractor](trajectory.completion_text)
         ok = answer is not None and _norm(answer) == _norm(str(task.hidden["answer"]))
         return layered(float(ok), format_ok, ctx, f"extracted={answer!r}", t0)
 
@@ -52,9 +53,9 @@ class ExactVerifier:
 class NumericVerifier:
     """Numeric equality within a relative tolerance (param `rel_tol`, default 1e-6)."""
 
-    def verify(self, task: Any, completion: str, ctx: VerifyContext) -> Verdict:
+    def verify(self, task: Any, trajectory: Trajectory, ctx: VerifyContext) -> Verdict:
         t0 = time.perf_counter()
-        answer, format_ok = EXTRACTORS[ctx.extractor](completion)
+        answer, format_ok = EXTRACTORS[ctx.extractor](trajectory.completion_text)
         tol = float(task.verifier.params.get("rel_tol", 1e-6))
         try:
             a, b = float(str(answer).replace(",", "")), float(str(task.hidden["answer"]).replace(",", ""))

@@ -8,6 +8,7 @@ import time
 from typing import Any, Callable
 
 from honing.errors import TaskError
+from honing.rollout.types import Trajectory
 from honing.verify.types import Verdict, Verifier, VerifyContext
 
 _REGISTRY: dict[str, Verifier] = {}
@@ -21,9 +22,9 @@ class FunctionVerifier:
         params = inspect.signature(fn).parameters.values()
         self.takes_kwargs = any(p.kind is p.VAR_KEYWORD for p in params)
 
-    def verify(self, task: Any, completion: str, ctx: VerifyContext) -> Verdict:
+    def verify(self, task: Any, trajectory: Trajectory, ctx: VerifyContext) -> Verdict:
         fields = {"answer": task.hidden.get("answer"), "task_id": task.id, "domain": task.domain}
-        score = float(self.fn(task.question, completion, **(fields if self.takes_kwargs else {})))
+        score = float(self.fn(task.question, trajectory.completion_text, **(fields if self.takes_kwargs else {})))
         return Verdict(score=min(max(score, 0.0), 1.0), passed=score >= 1.0, components={"fn": score})
 
 
@@ -50,11 +51,14 @@ def verifier_names() -> list[str]:
     return sorted(_REGISTRY)
 
 
-def grade(task: Any, completion: str, ctx: VerifyContext) -> Verdict:
-    """Grade one completion. A crashing verifier is an infrastructure error, never a 0."""
+def grade(task: Any, trajectory: Trajectory | str, ctx: VerifyContext) -> Verdict:
+    """Grade one trajectory (or bare completion text). A crashing verifier is an
+    infrastructure error, never a 0."""
     t0 = time.perf_counter()
+    if isinstance(trajectory, str):
+        trajectory = Trajectory.from_text(task.id, task.domain, trajectory)
     try:
-        verdict = get_verifier(task.verifier.name).verify(task, completion, ctx)
+        verdict = get_verifier(task.verifier.name).verify(task, trajectory, ctx)
     except TaskError:
         raise
     except Exception as e:  # noqa: BLE001 - any grader crash is infra, by contract

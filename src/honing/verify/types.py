@@ -37,4 +37,7 @@ class VerifyContext:
 
 @runtime_checkable
 class Verifier(Protocol):
-    def verify(self, task: Any, completion: str, ctx: VerifyContext) -> Verdict: ...
+    """Grades one trajectory of a task. Single-turn verifiers read `trajectory.completion_text`;
+    multi-turn ones can read the turns. Hidden material is in `task.hidden`."""
+
+    def verify(self, task: Any, trajectory: Any, ctx: VerifyContext) -> Verdict: ...
