@@ -64,7 +64,7 @@ def test_override_yaml_typing() -> None:
     cfg2, _ = load_config("smoke", ["train.steps=7", "train.steps=9"])
     base, _ = load_config("smoke")
     assert cfg2.train.steps == 9 and base.train.steps != 9
-    assert cfg2.train.learning_rate == base.train.learning_rate == 2.0e-3
+    assert cfg2.train.learning_rate == base.train.learning_rate == 1.0e-3
 
 
 def test_override_string_value_and_nested_lora() -> None:
