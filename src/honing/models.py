@@ -281,8 +281,9 @@ def load_policy(
         model = model.to(dtype)
     else:
         path = resolve_model_dir(spec)
-        model = _from_pretrained(AutoModelForCausalLM, spec, path, dtype=dtype)
-        tok = _from_pretrained(AutoTokenizer, spec, path)
+        with _quiet_progress():  # our own progress display owns the terminal
+            model = _from_pretrained(AutoModelForCausalLM, spec, path, dtype=dtype)
+            tok = _from_pretrained(AutoTokenizer, spec, path)
     tok = _prepare_tokenizer(tok)
     gen = model.generation_config
     if gen.pad_token_id is None:
