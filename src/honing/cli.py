@@ -15,6 +15,8 @@ from honing.errors import HoningError
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, help="honing: RL post-training for language models.")
 tasks_app = typer.Typer(help="Look at task domains and sources.")
 app.add_typer(tasks_app, name="tasks")
+sandbox_app = typer.Typer(help="Run code in the isolated sandbox; check what isolation this machine gives.")
+app.add_typer(sandbox_app, name="sandbox")
 
 
 @app.command(context_settings={"allow_extra_args": False})
@@ -79,6 +81,66 @@ def tasks_show(name: str, count: int = 3, split: str = "train", params: Optional
         if i >= count:
             break
         typer.echo(json.dumps({"id": t.id, "domain": t.domain, "prompt": [dict(m) for m in t.prompt]}))
+
+
+@sandbox_app.command("exec", context_settings={"allow_interspersed_args": False})
+def sandbox_exec(
+    cmd: list[str] = typer.Argument(..., help="Command and arguments (put them after --)"),
+    profile: str = typer.Option("python", "--profile", help="Toolchain profile: python, shell"),
+    timeout_s: Optional[float] = typer.Option(None, "--timeout-s", help="Wall-time limit"),
+    memory_mb: Optional[int] = typer.Option(None, "--memory-mb", help="Memory limit"),
+    cpu_s: Optional[float] = typer.Option(None, "--cpu-s", help="CPU-time limit"),
+    files: Optional[Path] = typer.Option(None, "--files", help="Directory copied into the box's /work"),
+    backend: str = typer.Option("bwrap", "--backend", help="bwrap (default) or local (UNSAFE, no isolation)"),
+    as_json: bool = typer.Option(False, "--json", help="Print the ExecResult as JSON"),
+) -> None:
+    """Run CMD in a fresh box and print the result; exits with the command's exit code."""
+    from honing.sandbox import Limits, Sandbox
+
+    limits = Limits().replace(timeout_s=timeout_s, memory_mb=memory_mb, cpu_s=cpu_s)
+    res = Sandbox(backend, limits).exec(cmd, profile=profile, files_dir=files)
+    if as_json:
+        typer.echo(json.dumps(res.to_json(), indent=1))
+    else:
+        sys.stdout.write(res.stdout)
+        sys.stderr.write(res.stderr)
+        flags = [f for f in ("timed_out", "oom", "truncated") if getattr(res, f)]
+        typer.echo(f"[exit {res.exit_code}{' signal ' + str(res.signal) if res.signal else ''} "
+                   f"{res.wall_s * 1000:.0f} ms {res.backend}{' ' + ' '.join(flags) if flags else ''}]", err=True)
+    if res.infra_error:
+        typer.echo(f"honing: sandbox infrastructure error: {res.infra_error}", err=True)
+        raise typer.Exit(3)
+    raise typer.Exit(res.exit_code if 0 <= res.exit_code < 256 else 1)
+
+
+@sandbox_app.command("doctor")
+def sandbox_doctor(backend: str = typer.Option("bwrap", "--backend")) -> None:
+    """Report which isolation and limit mechanisms are active here, and prove them with a probe."""
+    from honing.sandbox import Limits, Sandbox
+
+    sb = Sandbox(backend)
+    for k, v in sb.mechanisms().items():
+        typer.echo(f"{k:<11} {v}")
+    probe = sb.exec(["python3", "-c", "import os, socket\ntry:\n socket.create_connection(('1.1.1.1', 53), 1)"
+                     "\n print('network: REACHABLE')\nexcept OSError:\n print('network: blocked')\n"
+                     "print('uid:', os.getuid(), 'procs visible:', len([p for p in os.listdir('/proc') if p.isdigit()]))"],
+                    limits=Limits(timeout_s=10))
+    typer.echo(f"probe       {probe.stdout.strip()} ({probe.wall_s * 1000:.0f} ms, exit {probe.exit_code})")
+    if probe.infra_error or probe.exit_code != 0 or "REACHABLE" in probe.stdout:
+        typer.echo(f"honing: sandbox doctor: probe failed: {probe.infra_error or probe.stderr.strip()}", err=True)
+        raise typer.Exit(1)
+
+
+@sandbox_app.command("bench")
+def sandbox_bench(jobs: int = typer.Option(200, "--jobs"), pool: int = typer.Option(2, "--pool")) -> None:
+    """Cold box vs warm pool vs plain subprocess throughput (benchmarks/sandbox_throughput.py)."""
+    import runpy
+
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "sandbox_throughput.py"
+    if not script.exists():
+        raise HoningError(f"benchmark script not found: {script} (it ships with the source checkout)")
+    sys.argv = [str(script), "--jobs", str(jobs), "--pool", str(pool)]
+    runpy.run_path(str(script), run_name="__main__")
 
 
 def main() -> None:

@@ -121,6 +121,7 @@ class Sandbox:
         self.max_concurrency = max_concurrency or max(1, os.cpu_count() or 1)
         self._pool = ThreadPoolExecutor(self.max_concurrency, thread_name_prefix="sandbox")
         self._sem: asyncio.Semaphore | None = None
+        self._sem_loop: asyncio.AbstractEventLoop | None = None
         self._lock = threading.Lock()
 
     def exec(self, cmd: str | Sequence[str], files: Files | None = None, profile: str = "python",
@@ -134,10 +135,10 @@ class Sandbox:
             ws.close()
 
     async def aexec(self, cmd: str | Sequence[str], **kwargs: object) -> ExecResult:
-        if self._sem is None:
-            self._sem = asyncio.Semaphore(self.max_concurrency)
+        loop = asyncio.get_running_loop()
+        if self._sem is None or self._sem_loop is not loop:  # a semaphore belongs to one event loop
+            self._sem, self._sem_loop = asyncio.Semaphore(self.max_concurrency), loop
         async with self._sem:
-            loop = asyncio.get_running_loop()
             return await loop.run_in_executor(self._pool, lambda: self.exec(cmd, **kwargs))  # type: ignore[arg-type]
 
     def open(self, profile: str = "python", files: Files | None = None, files_dir: str | Path | None = None,
