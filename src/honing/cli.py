@@ -131,6 +131,41 @@ def sandbox_doctor(backend: str = typer.Option("bwrap", "--backend")) -> None:
         raise typer.Exit(1)
 
 
+@sandbox_app.command("serve")
+def sandbox_serve(
+    host: str = typer.Option("127.0.0.1", "--host", help="Interface to bind (loopback only unless --allow-remote)"),
+    port: int = typer.Option(8787, "--port", help="TCP port"),
+    backend: str = typer.Option("bwrap", "--backend", help="Isolation backend: bwrap (default) or local (UNSAFE)"),
+    token_env: str = typer.Option("HONING_SANDBOX_TOKEN", "--token-env", metavar="NAME",
+                                  help="Environment variable holding the bearer token (never pass it as an argument)"),
+    max_concurrency: Optional[int] = typer.Option(None, "--max-concurrency", min=1,
+                                                  help="Boxes running at once (default: CPU count)"),
+    allow_remote: bool = typer.Option(False, "--allow-remote", help="Allow a non-loopback --host (put TLS in front)"),
+) -> None:
+    """Serve the sandbox over HTTP (POST /v1/exec, /v1/sessions...), bearer-token protected."""
+    from honing.sandbox.service import serve
+
+    token = os.environ.get(token_env, "")
+    if not token.strip():
+        raise HoningError(f"sandbox serve: ${token_env} is not set or empty; "
+                          f"e.g. `export {token_env}=$(openssl rand -hex 32)`")
+    serve(host=host, port=port, token=token, backend=backend, max_concurrency=max_concurrency,
+          allow_remote=allow_remote)
+
+
+@sandbox_app.command("health")
+def sandbox_health(
+    url: str = typer.Option("http://127.0.0.1:8787", "--url", help="Base URL of a running sandbox service"),
+    token_env: str = typer.Option("HONING_SANDBOX_TOKEN", "--token-env", metavar="NAME",
+                                  help="Environment variable holding the bearer token"),
+) -> None:
+    """Check a running sandbox service: print its backend and isolation mechanisms as JSON."""
+    from honing.sandbox.client import RemoteSandbox
+
+    with RemoteSandbox(url, os.environ.get(token_env, ""), timeout_s=10) as remote:
+        typer.echo(json.dumps(remote.health(), indent=2))
+
+
 @sandbox_app.command("bench")
 def sandbox_bench(jobs: int = typer.Option(200, "--jobs"), pool: int = typer.Option(2, "--pool")) -> None:
     """Cold box vs warm pool vs plain subprocess throughput (benchmarks/sandbox_throughput.py)."""

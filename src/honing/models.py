@@ -120,7 +120,7 @@ def resolve_model_dir(spec: str) -> Path | None:
 
 
 @contextlib.contextmanager
-def _quiet_progress() -> Iterator[None]:
+def quiet_progress() -> Iterator[None]:
     """Hide transformers' per-tensor GGUF tqdm bar and the weight-loading bar."""
     from transformers import modeling_gguf_pytorch_utils as gguf_utils
     from transformers.utils import logging as hf_logging
@@ -155,7 +155,7 @@ def _strip_quantization(model: PreTrainedModel) -> None:
 
 def _convert_gguf(src_dir: Path, out_dir: Path) -> None:
     """Dequantize the bundled GGUF into a plain fp32 safetensors directory."""
-    with _quiet_progress():
+    with quiet_progress():
         tok = AutoTokenizer.from_pretrained(src_dir, gguf_file=_GGUF_FILE)
         model = AutoModelForCausalLM.from_pretrained(src_dir, gguf_file=_GGUF_FILE, dtype=torch.float32)
         _strip_quantization(model)
@@ -281,7 +281,7 @@ def load_policy(
         model = model.to(dtype)
     else:
         path = resolve_model_dir(spec)
-        with _quiet_progress():  # our own progress display owns the terminal
+        with quiet_progress():  # our own progress display owns the terminal
             model = _from_pretrained(AutoModelForCausalLM, spec, path, dtype=dtype)
             tok = _from_pretrained(AutoTokenizer, spec, path)
     tok = _prepare_tokenizer(tok)

@@ -128,7 +128,10 @@ class Sandbox:
              limits: Limits | None = None, stdin: bytes | None = None, collect: Sequence[str] = (),
              files_dir: str | Path | None = None) -> ExecResult:
         prof = get_profile(profile)
-        ws = Workspace(files, files_dir)
+        try:
+            ws = Workspace(files, files_dir)
+        except OSError as e:  # e.g. a full disk on the host: the job was not judged
+            return ExecResult(-1, "", "", backend=self.backend.name, infra_error=f"workspace: {e}")
         try:
             return _guarded(self.backend, _argv(cmd), ws, prof, limits or self.limits, stdin, collect)
         finally:

@@ -28,10 +28,14 @@ class Limits:
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
-            if not isinstance(value, (int, float)) or value <= 0:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
                 raise SandboxError(f"sandbox limit '{f.name}' must be a positive number, got {value!r}")
 
     def replace(self, **changes: Any) -> "Limits":
+        known = {f.name for f in fields(self)}
+        for key in changes:
+            if key not in known:
+                raise SandboxError(f"unknown sandbox limit '{key}' (known: {', '.join(sorted(known))})")
         return Limits(**{**asdict(self), **{k: v for k, v in changes.items() if v is not None}})
 
 

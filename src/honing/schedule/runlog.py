@@ -61,9 +61,12 @@ def save_checkpoint(ckpt_dir: Path, model: Any, tokenizer: Any, trainer_state: d
                     adapter_model: Any = None) -> Path:
     """HF-loadable safetensors dir (+ adapter/ for LoRA, + trainer_state.pt), written to a temp
     dir and renamed into place; manifest.json holds each file's sha256."""
+    from honing.models import quiet_progress
+
     tmp = ckpt_dir.with_name(f".{ckpt_dir.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp, safe_serialization=True)
+    with quiet_progress():  # our progress display owns the terminal
+        model.save_pretrained(tmp, safe_serialization=True)
     tokenizer.save_pretrained(tmp)
     if adapter_model is not None:
         adapter_model.save_pretrained(tmp / "adapter")
