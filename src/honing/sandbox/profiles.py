@@ -1,7 +1,9 @@
 """Toolchain profiles ("images"): what a box can see and run.
 
-A profile is read-only host paths mounted into the box, a PATH, and a fixed environment.
-Nothing else of the host is visible: not /home, /root, the project's source or its venv.
+A profile is read-only host paths mounted into the box, a PATH, a fixed environment and a
+few generated files (the box's own /etc/passwd, /etc/group, /etc/hosts, /etc/nsswitch.conf:
+the host's user names never enter a box). Nothing else of the host is visible: not /home,
+/root, /etc/shadow, the project's source or its venv.
 """
 
 from __future__ import annotations
@@ -12,6 +14,21 @@ import shutil
 from dataclasses import dataclass, field
 
 from honing.sandbox.types import SandboxError
+
+BOX_UID = 1000  # the uid (and gid) a box runs as, inside its user namespace
+BOX_USER = "box"
+
+# Generated, not the host's: only root, the box user and the overflow id (what files owned by
+# host ids that are not mapped into the box show as).
+BOX_ETC = {
+    "/etc/passwd": (f"root:x:0:0:root:/root:/usr/sbin/nologin\n"
+                    f"{BOX_USER}:x:{BOX_UID}:{BOX_UID}:{BOX_USER}:/work:/bin/bash\n"
+                    "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"),
+    "/etc/group": f"root:x:0:\n{BOX_USER}:x:{BOX_UID}:\nnogroup:x:65534:\n",
+    "/etc/hosts": "127.0.0.1\tlocalhost box\n::1\tlocalhost ip6-localhost ip6-loopback\n",
+    "/etc/hostname": "box\n",
+    "/etc/nsswitch.conf": "passwd: files\ngroup: files\nshadow: files\nhosts: files\nnetworks: files\n",
+}
 
 # Fixed so that the same files + same profile give the same result.
 BASE_ENV = {
@@ -33,6 +50,8 @@ class Profile:
     ro_paths: tuple[str, ...]  # host paths bound read-only at the same place
     env: dict[str, str] = field(default_factory=dict)
     description: str = ""
+    # generated files bound read-only into the box: box path -> content
+    data: dict[str, str] = field(default_factory=lambda: dict(BOX_ETC))
 
     def environment(self) -> dict[str, str]:
         return {**BASE_ENV, **self.env}
@@ -40,9 +59,10 @@ class Profile:
 
 def _system_paths() -> tuple[str, ...]:
     """The OS userland (merged-/usr Debian: /bin, /lib are links into /usr) and the bits of
-    /etc that programs need to start; never /etc/shadow or host secrets."""
+    /etc that programs need to start; never /etc/passwd, /etc/group (generated instead: see
+    BOX_ETC), /etc/shadow or other host secrets."""
     keep = ["/usr", "/etc/alternatives", "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d",
-            "/etc/localtime", "/etc/passwd", "/etc/group", "/etc/nsswitch.conf"]
+            "/etc/localtime"]
     for p in ("/bin", "/lib", "/lib64", "/sbin", "/lib32"):
         if os.path.exists(p) and not os.path.islink(p):
             keep.append(p)

@@ -1,27 +1,109 @@
 """Host-side workspaces: the box's /work, written before a run and read after it.
 
-Paths are validated (no absolute paths, no '..'); files are read back without following
-symlinks, so a box cannot make the grader read /etc/shadow through a link it planted.
+Paths are validated (no absolute paths, no '..'). The host never follows a link the box
+planted: files are read back and written in without following symlinks at any level, so a
+box cannot make the grader read /etc/shadow, or write to /etc/cron.d, through a link in /work.
+
+Size: where the host may mount (root), each workspace is its own tmpfs capped at
+HONING_SANDBOX_WORK_MB (default 1024) and HONING_SANDBOX_WORK_INODES files (default 65536),
+so filling /work cannot fill the host's disk (and the box's writes count against its memory
+limit). Elsewhere it is a plain directory: single files are capped by RLIMIT_FSIZE but the
+total is only bounded by the wall time of the job (`Workspace.quota_mb` is None then).
 """
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import os
 import shutil
 import stat
 import tempfile
+import threading
 import uuid
+import weakref
 from pathlib import Path
 from typing import Mapping
 
 from honing.sandbox.types import SandboxError
+
+_MS_NOSUID, _MS_NODEV = 2, 4
+_MNT_DETACH = 2
+_swept: set[str] = set()
+_sweep_lock = threading.Lock()
 
 
 def sandbox_root() -> Path:
     base = os.environ.get("HONING_SANDBOX_DIR") or os.path.join(tempfile.gettempdir(), "honing-sandbox")
     root = Path(base)
     root.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        # Traversable, not listable: a box that runs as an unprivileged host uid must reach its
+        # own workspace (mode 0700, owned by that uid) to have it bound at /work.
+        if root.stat().st_uid == os.geteuid() and stat.S_IMODE(root.stat().st_mode) != 0o711:
+            os.chmod(root, 0o711)
+    except OSError:
+        pass
+    _sweep_stale(root)
     return root
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _sweep_stale(root: Path) -> None:
+    """Remove workspaces and snapshots left by processes that died without closing them."""
+    with _sweep_lock:
+        if str(root) in _swept:
+            return
+        _swept.add(str(root))
+    try:
+        entries = list(os.scandir(root))
+    except OSError:
+        return
+    for e in entries:
+        parts = e.name.split("-")
+        if len(parts) < 3 or parts[0] not in ("ws", "snap") or not parts[1].isdigit():
+            continue
+        pid = int(parts[1])
+        if pid != os.getpid() and not _pid_alive(pid):
+            _remove_tree(Path(e.path), mounted=e.name.startswith("ws-"))
+
+
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _umount(path: Path) -> None:
+    try:
+        _libc().umount2(os.fsencode(str(path)), _MNT_DETACH)
+    except (OSError, AttributeError):
+        pass
+
+
+def _remove_tree(path: Path, mounted: bool) -> None:
+    if mounted and os.path.ismount(path):
+        _umount(path)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _mount_tmpfs(path: Path, size_mb: int, inodes: int) -> bool:
+    if os.geteuid() != 0 or os.environ.get("HONING_SANDBOX_WORK_TMPFS", "1") == "0":
+        return False
+    try:
+        opts = f"size={size_mb}m,nr_inodes={inodes},mode=0700"
+        rc = _libc().mount(b"honing-ws", os.fsencode(str(path)), b"tmpfs", _MS_NOSUID | _MS_NODEV,
+                           opts.encode())
+    except (OSError, AttributeError):
+        return False
+    return rc == 0
 
 
 def safe_relpath(name: str) -> str:
@@ -31,49 +113,105 @@ def safe_relpath(name: str) -> str:
     return str(p)
 
 
+def _special(src: str, names: list[str]) -> set[str]:
+    """copytree ignore: fifos, sockets and devices a box made are not copied (a fifo would block)."""
+    out = set()
+    for n in names:
+        try:
+            m = os.lstat(os.path.join(src, n)).st_mode
+        except OSError:
+            out.add(n)
+            continue
+        if not (stat.S_ISREG(m) or stat.S_ISDIR(m) or stat.S_ISLNK(m)):
+            out.add(n)
+    return out
+
+
 class Workspace:
     """A private directory per box (mode 0700), bound read-write at /work inside the box."""
 
     def __init__(self, files: Mapping[str, bytes | str] | None = None, files_dir: str | Path | None = None) -> None:
-        self.path = Path(tempfile.mkdtemp(prefix="ws-", dir=sandbox_root()))
-        os.chmod(self.path, 0o777)  # the box runs as an unprivileged uid inside its user namespace
-        self.snap_root = Path(tempfile.mkdtemp(prefix="snap-", dir=sandbox_root()))
-        if files_dir is not None:
-            src = Path(files_dir)
-            if not src.is_dir():
-                raise SandboxError(f"files dir does not exist or is not a directory: {src}")
-            shutil.copytree(src, self.path, dirs_exist_ok=True, symlinks=True)
-        self.write_many(files or {})
+        src = Path(files_dir) if files_dir is not None else None
+        if src is not None and not src.is_dir():
+            raise SandboxError(f"files dir does not exist or is not a directory: {src}")
+        root = sandbox_root()
+        tag = f"{os.getpid()}-"
+        self.path = Path(tempfile.mkdtemp(prefix=f"ws-{tag}", dir=root))
+        self.snap_root = Path(tempfile.mkdtemp(prefix=f"snap-{tag}", dir=root))
+        size_mb = int(os.environ.get("HONING_SANDBOX_WORK_MB", "1024"))
+        inodes = int(os.environ.get("HONING_SANDBOX_WORK_INODES", "65536"))
+        self.quota_mb: int | None = size_mb if _mount_tmpfs(self.path, size_mb, inodes) else None
+        self.quota_inodes: int | None = inodes if self.quota_mb is not None else None
+        self._finalizer = weakref.finalize(self, _cleanup, self.path, self.snap_root, self.quota_mb is not None)
+        try:
+            os.chmod(self.path, 0o700)
+            if src is not None:
+                try:
+                    shutil.copytree(src, self.path, dirs_exist_ok=True, symlinks=True)
+                except (OSError, shutil.Error) as e:
+                    raise SandboxError(f"cannot copy files dir {src} into the workspace"
+                                       f"{f' (quota {self.quota_mb} MB)' if self.quota_mb else ''}: {e}") from None
+            self.write_many(files or {})
+        except BaseException:
+            self.close()
+            raise
 
     def write_many(self, files: Mapping[str, bytes | str]) -> None:
         for name, data in files.items():
             self.write(name, data)
 
+    def _open_parent(self, parts: tuple[str, ...], create: bool) -> int:
+        """A dir fd for the parent of `parts`, walked one component at a time without following
+        links (a link the box planted is an error, never a way out)."""
+        cur = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            for part in parts[:-1]:
+                if create:
+                    try:
+                        os.mkdir(part, 0o777, dir_fd=cur)
+                    except FileExistsError:
+                        pass
+                nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=cur)
+                os.close(cur)
+                cur = nxt
+            return cur
+        except BaseException:
+            os.close(cur)
+            raise
+
     def write(self, name: str, data: bytes | str, mode: int = 0o666) -> None:
-        target = self.path / safe_relpath(name)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if target.is_symlink():
-            target.unlink()
-        target.write_bytes(data.encode() if isinstance(data, str) else data)
-        os.chmod(target, mode)
+        parts = Path(safe_relpath(name)).parts
+        payload = data.encode() if isinstance(data, str) else data
+        try:
+            dir_fd = self._open_parent(parts, create=True)
+            try:
+                try:
+                    st = os.lstat(parts[-1], dir_fd=dir_fd)
+                    if not stat.S_ISREG(st.st_mode):  # a link or fifo the box left: replace it
+                        if stat.S_ISDIR(st.st_mode):
+                            raise SandboxError(f"cannot write sandbox file {name!r}: it is a directory")
+                        os.unlink(parts[-1], dir_fd=dir_fd)
+                except FileNotFoundError:
+                    pass
+                fd = os.open(parts[-1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode, dir_fd=dir_fd)
+                with os.fdopen(fd, "wb") as f:
+                    f.write(payload)
+                    os.fchmod(f.fileno(), mode)
+            finally:
+                os.close(dir_fd)
+        except OSError as e:
+            hint = " (quota of the workspace reached)" if e.errno in (errno.ENOSPC, errno.EDQUOT) else ""
+            raise SandboxError(f"cannot write sandbox file {name!r}: {e.strerror or e}{hint} "
+                               "(links in the workspace are never followed)") from None
 
     def read(self, name: str, max_bytes: int = 1 << 24) -> bytes:
         """Read a file the box wrote; symlinks and non-regular files are refused."""
-        rel = safe_relpath(name)
+        parts = Path(safe_relpath(name)).parts
         fd = -1
         try:
-            dir_fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY)
+            dir_fd = self._open_parent(parts, create=False)
             try:
-                parts = Path(rel).parts
-                cur = dir_fd
-                for part in parts[:-1]:
-                    nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=cur)
-                    if cur != dir_fd:
-                        os.close(cur)
-                    cur = nxt
-                fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=cur)
-                if cur != dir_fd:
-                    os.close(cur)
+                fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
             finally:
                 os.close(dir_fd)
             if not stat.S_ISREG(os.fstat(fd).st_mode):
@@ -87,12 +225,26 @@ class Workspace:
             if fd >= 0:
                 os.close(fd)
 
+    def usage(self) -> tuple[int, int]:
+        """(bytes, entries) in the workspace, links not followed."""
+        total = count = 0
+        for dirpath, dirnames, filenames in os.walk(self.path):
+            for n in dirnames + filenames:
+                count += 1
+                try:
+                    total += os.lstat(os.path.join(dirpath, n)).st_size
+                except OSError:
+                    pass
+        return total, count
+
     def snapshot(self) -> str:
         sid = uuid.uuid4().hex[:12]
-        shutil.copytree(self.path, self.snap_root / sid, symlinks=True)
+        shutil.copytree(self.path, self.snap_root / sid, symlinks=True, ignore=_special)
         return sid
 
     def restore(self, sid: str) -> None:
+        if not sid or "/" in sid or sid.startswith("."):
+            raise SandboxError(f"unknown snapshot id {sid!r}")
         src = self.snap_root / sid
         if not src.is_dir():
             raise SandboxError(f"unknown snapshot id {sid!r}")
@@ -104,5 +256,9 @@ class Workspace:
         shutil.copytree(src, self.path, dirs_exist_ok=True, symlinks=True)
 
     def close(self) -> None:
-        shutil.rmtree(self.path, ignore_errors=True)
-        shutil.rmtree(self.snap_root, ignore_errors=True)
+        self._finalizer()
+
+
+def _cleanup(path: Path, snap_root: Path, mounted: bool) -> None:
+    _remove_tree(path, mounted)
+    shutil.rmtree(snap_root, ignore_errors=True)
