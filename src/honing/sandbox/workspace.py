@@ -127,6 +127,10 @@ def _special(src: str, names: list[str]) -> set[str]:
     return out
 
 
+def _nofollow_opener(path: str, flags: int) -> int:
+    return os.open(path, flags | os.O_NOFOLLOW)
+
+
 class Workspace:
     """A private directory per box (mode 0700), bound read-write at /work inside the box."""
 
@@ -137,12 +141,12 @@ class Workspace:
         root = sandbox_root()
         tag = f"{os.getpid()}-"
         self.path = Path(tempfile.mkdtemp(prefix=f"ws-{tag}", dir=root))
-        self.snap_root = Path(tempfile.mkdtemp(prefix=f"snap-{tag}", dir=root))
+        self._snapshots: dict[str, list[tuple[str, str, int, bytes | str | None]]] = {}
         size_mb = int(os.environ.get("HONING_SANDBOX_WORK_MB", "1024"))
         inodes = int(os.environ.get("HONING_SANDBOX_WORK_INODES", "65536"))
         self.quota_mb: int | None = size_mb if _mount_tmpfs(self.path, size_mb, inodes) else None
         self.quota_inodes: int | None = inodes if self.quota_mb is not None else None
-        self._finalizer = weakref.finalize(self, _cleanup, self.path, self.snap_root, self.quota_mb is not None)
+        self._finalizer = weakref.finalize(self, _cleanup, self.path, self.quota_mb is not None)
         try:
             os.chmod(self.path, 0o700)
             if src is not None:
@@ -238,27 +242,60 @@ class Workspace:
         return total, count
 
     def snapshot(self) -> str:
+        """Capture the workspace in memory (dirs, regular files, symlinks as links; fifos and
+        devices are skipped). In memory because a turn's workspace is small and this runs every
+        turn: no disk round trip."""
         sid = uuid.uuid4().hex[:12]
-        shutil.copytree(self.path, self.snap_root / sid, symlinks=True, ignore=_special)
+        entries: list[tuple[str, str, int, bytes | str | None]] = []
+        stack = [""]
+        while stack:
+            rel = stack.pop()
+            with os.scandir(self.path / rel if rel else self.path) as it:
+                for e in sorted(it, key=lambda x: x.name):
+                    r = f"{rel}/{e.name}" if rel else e.name
+                    st = e.stat(follow_symlinks=False)
+                    if e.is_symlink():
+                        entries.append(("link", r, 0, os.readlink(e.path)))
+                    elif e.is_dir(follow_symlinks=False):
+                        entries.append(("dir", r, stat.S_IMODE(st.st_mode), None))
+                        stack.append(r)
+                    elif e.is_file(follow_symlinks=False):
+                        with open(e.path, "rb", opener=_nofollow_opener) as f:
+                            entries.append(("file", r, stat.S_IMODE(st.st_mode), f.read()))
+        self._snapshots[sid] = entries
         return sid
 
     def restore(self, sid: str) -> None:
-        if not sid or "/" in sid or sid.startswith("."):
-            raise SandboxError(f"unknown snapshot id {sid!r}")
-        src = self.snap_root / sid
-        if not src.is_dir():
+        entries = self._snapshots.get(sid)
+        if entries is None:
             raise SandboxError(f"unknown snapshot id {sid!r}")
         for child in self.path.iterdir():
             if child.is_dir() and not child.is_symlink():
                 shutil.rmtree(child)
             else:
                 child.unlink()
-        shutil.copytree(src, self.path, dirs_exist_ok=True, symlinks=True)
+        ordered = sorted(entries, key=lambda x: x[1].count("/"))
+        for kind, rel, _, _ in ordered:  # directories first, writable while we fill them
+            if kind == "dir":
+                (self.path / rel).mkdir(mode=0o777, exist_ok=True)
+        for kind, rel, mode, data in ordered:
+            target = self.path / rel
+            if kind == "dir":
+                continue
+            if kind == "link":
+                os.symlink(data, target)  # type: ignore[arg-type]
+            else:
+                fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)  # type: ignore[arg-type]
+                os.chmod(target, mode)
+        for kind, rel, mode, _ in reversed(ordered):  # then their modes, deepest first
+            if kind == "dir":
+                os.chmod(self.path / rel, mode)
 
     def close(self) -> None:
         self._finalizer()
 
 
-def _cleanup(path: Path, snap_root: Path, mounted: bool) -> None:
+def _cleanup(path: Path, mounted: bool) -> None:
     _remove_tree(path, mounted)
-    shutil.rmtree(snap_root, ignore_errors=True)
