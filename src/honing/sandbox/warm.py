@@ -109,7 +109,8 @@ def _harden(box: list[str], n_argv: int) -> list[str]:
 
 
 def _launcher(backend: BwrapBackend, profile: Profile, workspace: Path, limits: Limits,
-              argv: list[str], extra_ro: list[tuple[str, str]]) -> tuple[list[str], list[int]]:
+              argv: list[str], extra_ro: list[tuple[str, str]],
+              extra_data: dict[str, str] | None = None) -> tuple[list[str], list[int]]:
     """The command that starts a box exactly as BwrapBackend.run does (generated /etc files,
     seccomp filter, no nested user namespaces, options through an --args memfd, the box's
     uid mapped to an unprivileged host uid when running as root), plus the warm flags.
@@ -117,7 +118,7 @@ def _launcher(backend: BwrapBackend, profile: Profile, workspace: Path, limits: 
     fds: list[int] = []
     try:
         memfd = getattr(_bw, "_memfd", None)
-        data = getattr(profile, "data", None) or {}
+        data = {**(getattr(profile, "data", None) or {}), **(extra_data or {})}
         data_fds = {path: memfd(text.encode(), "etc") for path, text in data.items()} if memfd else {}
         fds += data_fds.values()
         seccomp = getattr(backend, "seccomp", None)
@@ -209,7 +210,10 @@ class _Cell:
             argv.append("--preload=" + ",".join(preload))
         fds: list[int] = []
         try:
-            cmd, fds = _launcher(backend, profile, self.dir, limits, argv, [(str(ZYGOTE_PATH), ZYGOTE_IN_BOX)])
+            # The zygote goes in as data (a memfd), not a bind of the source file: the box's
+            # unprivileged host uid may not be able to reach the checkout's directory.
+            cmd, fds = _launcher(backend, profile, self.dir, limits, argv, [],
+                                 {ZYGOTE_IN_BOX: ZYGOTE_PATH.read_text()})
             if cgroup_version:
                 # Generous while the zygote starts; set to the job's limits before each job.
                 start_mb, start_pids = limits.memory_mb + 256, limits.pids + 16
