@@ -11,7 +11,7 @@ import warnings
 from pathlib import Path
 from typing import Sequence
 
-from honing.sandbox.bwrap import BwrapBackend, _rlimit_argv
+from honing.sandbox.bwrap import _rlimit_argv
 from honing.sandbox.profiles import Profile
 from honing.sandbox.types import ExecResult, Limits
 
@@ -33,14 +33,12 @@ class LocalBackend:
 
     def run(self, argv: Sequence[str], workspace: Path, profile: Profile, limits: Limits,
             stdin: bytes | None = None, extra_ro: Sequence[tuple[str, str]] = ()) -> ExecResult:
-        # Reuse the bwrap backend's process handling with the box part left out.
-        runner = BwrapBackend.__new__(BwrapBackend)
-        runner.cgroup_version = None
-        return _run_plain(runner, list(argv), workspace, profile, limits, stdin)
+        return _run_plain(list(argv), workspace, profile, limits, stdin)
 
 
-def _run_plain(runner: BwrapBackend, argv: list[str], workspace: Path, profile: Profile, limits: Limits,
+def _run_plain(argv: list[str], workspace: Path, profile: Profile, limits: Limits,
                stdin: bytes | None) -> ExecResult:
+    """The bwrap backend's process handling (capped pipes, outside timeout) with no box."""
     import os
     import subprocess
     import threading
