@@ -72,15 +72,107 @@ def tasks_list(contains: Optional[str] = typer.Argument(None, help="Only names c
 
 
 @tasks_app.command("show")
-def tasks_show(name: str, count: int = 3, split: str = "train", params: Optional[str] = typer.Option(None, help="JSON params")) -> None:
-    """Print a few tasks of a source (prompts only: hidden answers stay hidden unless --reveal)."""
-    from honing.tasks import make_source
+def tasks_show(
+    name: str = typer.Argument(..., help="Source: gym:<dataset> or jsonl:<path>"),
+    n: int = typer.Option(3, "--n", help="How many tasks"),
+    split: str = typer.Option("train", "--split", help="train or heldout"),
+    params: Optional[str] = typer.Option(None, "--params", help="Source parameters as JSON"),
+    as_json: bool = typer.Option(False, "--json", help="One task per line, the format `honing verify --task` reads"),
+) -> None:
+    """Show a few tasks of a source: the prompt, and the hidden fields marked as hidden."""
+    from honing.tasks import make_source, task_to_json
 
-    src = make_source(name, json.loads(params) if params else {})
+    try:
+        parsed = json.loads(params) if params else {}
+    except json.JSONDecodeError as e:
+        raise HoningError(f"--params is not valid JSON: {e.msg}") from None
+    src = make_source(name, parsed)
     for i, t in enumerate(src.tasks(split, 0)):
-        if i >= count:
+        if i >= n:
             break
-        typer.echo(json.dumps({"id": t.id, "domain": t.domain, "prompt": [dict(m) for m in t.prompt]}))
+        if as_json:
+            typer.echo(json.dumps(task_to_json(t), default=str))
+            continue
+        typer.echo(f"── {t.id}  (verifier {t.verifier.name})")
+        for m in t.prompt:
+            typer.echo(f"[{m['role']}] {m['content']}")
+        for k, v in t.hidden.items():
+            typer.echo(f"[hidden {k}] {str(v)[:200]}")
+
+
+@tasks_app.command("validate")
+def tasks_validate(path: Path = typer.Argument(..., help="A JSONL task file")) -> None:
+    """Check a user JSONL task file line by line; report the first problem with file:line."""
+    from honing.tasks import JsonlSource
+    from honing.verify import get_verifier
+
+    src = JsonlSource(str(path))
+    count, verifiers = 0, set()
+    for split in ("train", "heldout"):
+        for t in src.tasks(split, 0):
+            count += 1
+            verifiers.add(t.verifier.name)
+    for v in sorted(verifiers):
+        get_verifier(v)
+    typer.echo(f"{path}: {count} tasks OK (verifiers: {', '.join(sorted(verifiers)) or '-'})")
+
+
+MAX_COMPLETION_BYTES = 1 << 20
+
+
+def _read_completion(ref: str) -> str:
+    raw = sys.stdin.buffer.read(MAX_COMPLETION_BYTES + 1) if ref == "-" else _read_file_bytes(ref)
+    if len(raw) > MAX_COMPLETION_BYTES:
+        raise HoningError(f"completion {ref}: larger than {MAX_COMPLETION_BYTES} bytes")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise HoningError(f"completion {ref}: not UTF-8 (byte {e.start})") from None
+
+
+def _read_file_bytes(ref: str) -> bytes:
+    p = Path(ref)
+    if not p.is_file():
+        raise HoningError(f"completion file not found: {ref}")
+    with p.open("rb") as f:
+        return f.read(MAX_COMPLETION_BYTES + 1)
+
+
+@app.command("verify")
+def verify_cmd(
+    completion: str = typer.Option(..., "--completion", help="File with the completion, or - for stdin"),
+    task: Optional[Path] = typer.Option(None, "--task", help="A task as JSON (one line of `honing tasks show --json`)"),
+    verifier: Optional[str] = typer.Option(None, "--verifier", help="Verifier name, with --reference instead of --task"),
+    reference: Optional[str] = typer.Option(None, "--reference", help="Reference answer for --verifier"),
+    extractor: str = typer.Option("last_number", "--extractor", help="answer_tag, boxed, last_number, full"),
+) -> None:
+    """Grade one completion and print the Verdict as JSON."""
+    from honing.tasks import Task, VerifierSpec, task_from_json
+    from honing.verify import VerifyContext, get_verifier, grade
+
+    if (task is None) == (verifier is None):
+        raise HoningError("give either --task TASK.json or --verifier NAME --reference ANSWER")
+    if task is not None:
+        if not task.is_file():
+            raise HoningError(f"task file not found: {task}")
+        try:
+            obj = json.loads(task.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise HoningError(f"{task}: not valid JSON: {e}") from None
+        t = task_from_json(obj, str(task))
+    else:
+        if reference is None:
+            raise HoningError("--verifier needs --reference ANSWER")
+        t = Task(id="cli", domain="cli", prompt=({"role": "user", "content": ""},), verifier=VerifierSpec(verifier),
+                 hidden={"answer": reference})
+    get_verifier(t.verifier.name)
+    if extractor not in ("answer_tag", "boxed", "last_number", "full"):
+        raise HoningError(f"unknown extractor '{extractor}' (answer_tag, boxed, last_number, full)")
+    v = grade(t, _read_completion(completion), VerifyContext(extractor))
+    typer.echo(json.dumps({"score": v.score, "passed": v.passed, "components": dict(v.components),
+                           "details": v.details, "infra_error": v.infra_error, "cost_s": round(v.cost_s, 6)}, indent=1))
+    if v.infra_error:
+        raise typer.Exit(3)
 
 
 @sandbox_app.command("exec", context_settings={"allow_interspersed_args": False})

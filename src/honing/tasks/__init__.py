@@ -5,10 +5,10 @@ from __future__ import annotations
 from honing.errors import TaskError
 from honing.tasks.gym import GymSource, gym_dataset_names
 from honing.tasks.jsonl import JsonlSource
-from honing.tasks.types import Message, Task, TaskSource, VerifierSpec
+from honing.tasks.types import Message, Task, TaskSource, VerifierSpec, task_from_json, task_to_json
 
 __all__ = ["Task", "TaskSource", "VerifierSpec", "Message", "make_source", "GymSource", "JsonlSource",
-           "gym_dataset_names"]
+           "gym_dataset_names", "task_from_json", "task_to_json"]
 
 SOURCE_KINDS = ("gym", "jsonl")
 

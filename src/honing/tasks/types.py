@@ -59,3 +59,43 @@ class TaskSource(Protocol):
     def tasks(self, split: str, seed: int) -> Iterator[Task]:
         """Tasks of `split` ('train' or 'heldout') in a deterministic order given `seed`."""
         ...
+
+
+def task_to_json(task: Task) -> dict[str, Any]:
+    """One task as plain JSON (the line format of `honing tasks show --json` and `honing verify --task`).
+    Hidden material stays under its own key, so a reader can see what the model never sees."""
+    return {
+        "id": task.id, "domain": task.domain, "prompt": [dict(m) for m in task.prompt],
+        "verifier": {"name": task.verifier.name, "params": dict(task.verifier.params)},
+        "hidden": dict(task.hidden), "difficulty": task.difficulty, "tags": list(task.tags),
+        "metadata": dict(task.metadata),
+        "environment": dict(task.environment) if task.environment is not None else None,
+    }
+
+
+def task_from_json(obj: Any, where: str = "task") -> Task:
+    """The inverse of `task_to_json`; errors name the missing or malformed key."""
+    from honing.errors import TaskError
+
+    if not isinstance(obj, dict):
+        raise TaskError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+    for key in ("id", "prompt", "verifier"):
+        if key not in obj:
+            raise TaskError(f"{where}: missing key '{key}'")
+    prompt = obj["prompt"]
+    if isinstance(prompt, str):
+        prompt = [{"role": "user", "content": prompt}]
+    if not isinstance(prompt, list) or not all(isinstance(m, dict) and "content" in m for m in prompt):
+        raise TaskError(f"{where}: 'prompt' must be a string or a list of {{role, content}} messages")
+    ver = obj["verifier"]
+    if isinstance(ver, str):
+        ver = {"name": ver}
+    if not isinstance(ver, dict) or "name" not in ver:
+        raise TaskError(f"{where}: 'verifier' must be a name or {{name, params}}")
+    return Task(
+        id=str(obj["id"]), domain=str(obj.get("domain", "user")), prompt=tuple(prompt),
+        verifier=VerifierSpec(str(ver["name"]), dict(ver.get("params") or {})),
+        hidden=dict(obj.get("hidden") or {}), difficulty=obj.get("difficulty"),
+        tags=tuple(obj.get("tags") or ()), metadata=dict(obj.get("metadata") or {}),
+        environment=obj.get("environment"),
+    )
