@@ -15,7 +15,15 @@ SOURCE_KINDS = ("gym", "jsonl")
 
 def make_source(name: str, params: dict | None = None, verifier: str | None = None,
                 prompt_template: str = "{question}", system_prompt: str | None = None) -> TaskSource:
-    """'gym:<dataset>' or 'jsonl:<path>' -> a TaskSource."""
+    """'gym:<dataset>', 'jsonl:<path>', 'humaneval' or 'code:functions' -> a TaskSource."""
+    if name == "humaneval":
+        from honing.tasks.code import HumanEvalSource
+
+        return HumanEvalSource(params, verifier, system_prompt)
+    if name == "code:functions":
+        from honing.tasks.code import CodeFunctionsSource
+
+        return CodeFunctionsSource(params, verifier, system_prompt)
     kind, _, rest = name.partition(":")
     if kind == "gym" and rest:
         return GymSource(rest, params, verifier, prompt_template, system_prompt)
@@ -24,4 +32,4 @@ def make_source(name: str, params: dict | None = None, verifier: str | None = No
             raise TaskError(f"{name}: jsonl sources take no params (got {sorted(params)})")
         return JsonlSource(rest, verifier, system_prompt, prompt_template)
     raise TaskError(f"unknown task source '{name}': expected one of "
-                    + ", ".join(f"'{k}:<name>'" for k in SOURCE_KINDS))
+                    + ", ".join(f"'{k}:<name>'" for k in SOURCE_KINDS) + ", 'humaneval', 'code:functions'")
