@@ -28,6 +28,7 @@ Trust layout (who can touch what):
 from __future__ import annotations
 
 import ast
+import inspect
 import json
 import math
 import re
@@ -60,7 +61,7 @@ def extract_program(text: str) -> tuple[str, bool]:
     return text, False
 
 
-# --- value encoding (host side decoder/encoder; the box has its own copy in the runner) -------
+# --- value encoding: these two functions also run inside the box (see CODEC_SRC) -----------
 def encode_value(x: Any, depth: int = 0) -> Any:
     if depth > 200:
         raise ValueError("value nested too deeply")
@@ -117,6 +118,11 @@ def decode_value(e: Any, depth: int = 0) -> Any:
     raise ValueError("bad encoding")
 
 
+# The box gets the very same source (with `Any` defined), so host and box cannot drift apart.
+CODEC_SRC = ("Any = object\n" + inspect.getsource(encode_value) + "\n" + inspect.getsource(decode_value)
+             + "\nenc, dec = encode_value, decode_value\n")
+
+
 def same_value(got: Any, want: Any, rel_tol: float = 1e-9, abs_tol: float = 1e-9) -> bool:
     """Type-strict equality of plain data (an int is accepted where a float is expected;
     bool and int are never interchangeable)."""
@@ -153,31 +159,7 @@ try:
 except OSError:
     pass
 rin, wout = os.fdopen(rfd, "rb"), os.fdopen(wfd, "wb")
-def enc(x, depth=0, seen=None):
-    if depth > 200:
-        raise ValueError("too deep")
-    t = type(x)
-    if x is None: return ["N"]
-    if t is bool: return ["b", x]
-    if t is int: return ["i", hex(x)]
-    if t is float: return ["f", x.hex()]
-    if t is str: return ["s", x]
-    if t is bytes: return ["B", x.hex()]
-    if t in (list, tuple, set, frozenset):
-        return [{list: "l", tuple: "t", set: "S", frozenset: "F"}[t], [enc(v, depth + 1) for v in x]]
-    if t is dict:
-        return ["d", [[enc(k, depth + 1), enc(v, depth + 1)] for k, v in x.items()]]
-    raise TypeError("unsupported return type " + t.__name__)
-def dec(e):
-    tag = e[0]
-    if tag == "N": return None
-    v = e[1]
-    if tag in ("b", "s"): return v
-    if tag == "i": return int(v, 16)
-    if tag == "f": return float.fromhex(v)
-    if tag == "B": return bytes.fromhex(v)
-    if tag == "d": return {dec(k): dec(w) for k, w in v}
-    return {"l": list, "t": tuple, "S": set, "F": frozenset}[tag](dec(i) for i in v)
+#CODEC#
 def send(obj):
     wout.write(json.dumps(obj).encode() + b"\n")
     wout.flush()
@@ -206,6 +188,8 @@ while True:
     send(out)
 '''
 
+CHILD_SRC = CHILD_SRC.replace("#CODEC#\n", CODEC_SRC)
+
 RUNNER_SRC = r'''
 import ctypes, json, os, select, signal, subprocess, sys, time, ast, math, copy
 NONCE = SPEC["nonce"]
@@ -228,46 +212,7 @@ NOTES = []
 class CandidateFailed(Exception):
     pass
 
-def enc(x, depth=0):
-    if depth > 200:
-        raise ValueError("too deep")
-    t = type(x)
-    if x is None: return ["N"]
-    if t is bool: return ["b", x]
-    if t is int: return ["i", hex(x)]
-    if t is float: return ["f", x.hex()]
-    if t is str: return ["s", x]
-    if t is bytes: return ["B", x.hex()]
-    if t in (list, tuple, set, frozenset):
-        return [{list: "l", tuple: "t", set: "S", frozenset: "F"}[t], [enc(v, depth + 1) for v in x]]
-    if t is dict:
-        return ["d", [[enc(k, depth + 1), enc(v, depth + 1)] for k, v in x.items()]]
-    raise TypeError("unsupported argument type " + t.__name__)
-
-def dec(e, depth=0):
-    if depth > 200 or type(e) is not list or not e or type(e[0]) is not str:
-        raise ValueError("bad encoding")
-    tag = e[0]
-    if tag == "N" and len(e) == 1:
-        return None
-    if len(e) != 2:
-        raise ValueError("bad encoding")
-    v = e[1]
-    if tag == "b" and type(v) is bool: return v
-    if tag == "i" and type(v) is str: return int(v, 16)
-    if tag == "f" and type(v) is str: return float.fromhex(v)
-    if tag == "s" and type(v) is str: return v
-    if tag == "B" and type(v) is str: return bytes.fromhex(v)
-    if tag in ("l", "t", "S", "F") and type(v) is list:
-        return {"l": list, "t": tuple, "S": set, "F": frozenset}[tag]([dec(i, depth + 1) for i in v])
-    if tag == "d" and type(v) is list:
-        out = {}
-        for p in v:
-            if type(p) is not list or len(p) != 2:
-                raise ValueError("bad encoding")
-            out[dec(p[0], depth + 1)] = dec(p[1], depth + 1)
-        return out
-    raise ValueError("bad encoding")
+#CODEC#
 
 class Child:
     def __init__(self):
@@ -439,6 +384,7 @@ result["clean"] = kill_others()
 result["notes"] = NOTES[:20]
 os.write(1, (NONCE + " " + json.dumps(result) + "\n").encode())
 '''
+RUNNER_SRC = RUNNER_SRC.replace("#CODEC#\n", CODEC_SRC)
 
 
 # --- HumanEval test transformation ---------------------------------------------------------------
