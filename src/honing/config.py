@@ -15,6 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from honing.errors import ConfigError
+from honing.verify.reward import RewardConfig
 
 _FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
 REPO_CONFIGS = Path(__file__).resolve().parents[2] / "configs"
@@ -49,7 +50,7 @@ class ModelConfig(_Node):
 
 class SourceConfig(_Node):
     name: str
-    """Task source: 'gym:<reasoning_gym dataset>' or 'jsonl:<path>'."""
+    """Task source: 'gym:<reasoning_gym dataset>', 'jsonl:<path>', 'humaneval', 'code:functions', 'finance', 'repair'."""
     weight: float = Field(1.0, gt=0)
     """Mixing weight of this source among the sources."""
     params: dict[str, Any] = {}
@@ -100,6 +101,21 @@ class VerifyConfig(_Node):
     """How the final answer is taken from a completion."""
     format_weight: float = Field(0.0, ge=0.0, le=1.0)
     """Weight of the format layer in the reward (score = (1-w)*correct + w*format)."""
+    concurrency: int = Field(16, gt=0)
+    """Most completions graded at the same time (verifier calls run on worker threads / sandboxes)."""
+    timeout_s: float = Field(120.0, gt=0)
+    """A verifier call that takes longer is an infrastructure error (dropped, never scored 0)."""
+    max_completion_bytes: int = Field(1 << 20, gt=0)
+    """Completions longer than this score 0 with a reason instead of being graded."""
+    max_infra_error_frac: float = Field(0.5, ge=0.0, le=1.0)
+    """Stop the run when more than this fraction of a step's samples are infrastructure errors."""
+
+
+class SandboxConfig(_Node):
+    backend: Literal["bwrap", "local"] = "bwrap"
+    """Where code runs: 'bwrap' (isolated) or 'local' (NO isolation; trusted code only)."""
+    max_concurrency: int = Field(0, ge=0)
+    """Most boxes running at once (0: the number of CPUs)."""
 
 
 class TrainConfig(_Node):
@@ -167,6 +183,10 @@ class RunConfig(_Node):
     tasks: TasksConfig = TasksConfig()
     generation: GenerationConfig = GenerationConfig()
     verify: VerifyConfig = VerifyConfig()
+    reward: RewardConfig = RewardConfig()
+    """Layered reward (layers, penalties, clipping); empty: the verifier's score is the reward."""
+    sandbox: SandboxConfig = SandboxConfig()
+    """Sandbox for verifiers that execute code (code, repair)."""
     train: TrainConfig = TrainConfig()
     sft: SFTConfig = SFTConfig()
     eval: EvalConfig = EvalConfig()
@@ -199,7 +219,8 @@ def _node_at(path: tuple[Any, ...]) -> type[BaseModel] | None:
 
 
 def _explain(err: ValidationError, origin: str) -> ConfigError:
-    first = err.errors()[0]
+    errors = err.errors()
+    first = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])  # a typo explains the rest
     loc = tuple(first["loc"])
     dotted = ".".join(str(p) for p in loc)
     if first["type"] == "extra_forbidden":

@@ -1,6 +1,18 @@
-"""Generation backends. In-process transformers now; vLLM and OpenAI-compatible later."""
+"""Generation backends: in-process transformers (token level), chat clients over any Engine or an
+OpenAI-compatible HTTP endpoint. Imports are lazy so an HTTP-only judge does not load torch."""
 
-from honing.engine.hf import TransformersEngine, bf16_supported
+from __future__ import annotations
+
+from typing import Any
+
 from honing.engine.types import Engine, Sample, SamplingParams
 
 __all__ = ["Engine", "Sample", "SamplingParams", "TransformersEngine", "bf16_supported"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("TransformersEngine", "bf16_supported"):
+        from honing.engine import hf
+
+        return getattr(hf, name)
+    raise AttributeError(f"module 'honing.engine' has no attribute {name!r}")

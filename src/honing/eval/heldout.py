@@ -10,11 +10,12 @@ from transformers import PreTrainedTokenizerBase
 from honing.engine.types import Engine, SamplingParams
 from honing.rollout.single import rollout
 from honing.tasks.types import Task
-from honing.verify import VerifyContext, grade
+from honing.verify import VerifyContext
+from honing.verify.batch import BatchOptions, grade_batch
 
 
 def evaluate(engine: Engine, tokenizer: PreTrainedTokenizerBase, tasks: Sequence[Task], params: SamplingParams,
-             ctx: VerifyContext, seed: int = 0) -> dict:
+             ctx: VerifyContext, seed: int = 0, opts: BatchOptions = BatchOptions()) -> dict:
     """pass@1 = mean over tasks of the fraction of samples that pass (the unbiased estimator for k=1).
 
     Infra errors are excluded from the denominators and counted.
@@ -24,8 +25,9 @@ def evaluate(engine: Engine, tokenizer: PreTrainedTokenizerBase, tasks: Sequence
     trajs = rollout(engine, tokenizer, tasks, params, seed=seed)
     per_task: dict[int, list] = defaultdict(list)
     infra = 0
-    for t in trajs:
-        v = grade(tasks[t.group], t, ctx)
+    graded = grade_batch([tasks[t.group] for t in trajs], trajs, ctx, opts=opts)
+    for t, g in zip(trajs, graded):
+        v = g.verdict
         if v.infra_error:
             infra += 1
             continue

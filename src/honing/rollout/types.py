@@ -12,6 +12,27 @@ Status = Literal["ok", "truncated", "infra_error"]
 
 
 @dataclass
+class Turn:
+    """One assistant turn of a multi-turn episode and the observation inserted after it.
+    `action_ids` are the engine's tokens (loss mask 1 unless masked as stale after a context
+    truncation); `observation_ids` are the template tokens inserted after them (mask 0)."""
+
+    index: int
+    action_ids: tuple[int, ...]
+    action_logprobs: tuple[float, ...]
+    action_text: str
+    observation_ids: tuple[int, ...]
+    observation_text: str
+    finish_reason: str = "stop"
+    tool: str | None = None
+    ok: bool = True
+    parse_error: bool = False
+    snapshot_id: str | None = None  # the session's workspace after this turn's action
+    timings: dict[str, float] = field(default_factory=dict)  # gen_s (batch), env_s, snapshot_s
+    observation_truncated: bool = False
+
+
+@dataclass
 class Trajectory:
     """One sample. `prompt_ids`/`completion_ids` are exactly the engine's tokens (never
     re-tokenised text); `logprobs` are the engine's sampling log-probs of `completion_ids`.
@@ -29,8 +50,22 @@ class Trajectory:
     loss_mask: tuple[int, ...] = ()
     verdict: Verdict | None = None
     reward: float = 0.0
+    reward_layers: dict[str, float] = field(default_factory=dict)  # layered reward, by layer name
     advantage: float = 0.0
     timings: dict[str, float] = field(default_factory=dict)
+    # multi-turn (honing.rollout.multiturn); empty for single-turn samples. For a multi-turn
+    # trajectory, completion_ids == concat(turn.action_ids + turn.observation_ids).
+    turns: tuple[Turn, ...] = ()
+    messages: tuple[dict[str, str], ...] = ()  # the readable conversation (observations as inserted)
+    stop_reason: str = ""  # submit, max_turns, max_tokens, wall_time, parse_errors, context, infra_error
+    truncated_context: bool = False
+    truncations: tuple[dict[str, int], ...] = ()  # {"at_turn", "observation_of_turn", "tokens_removed"}
+    stats: dict[str, int] = field(default_factory=dict)  # failed_tool_calls, test_runs, correction_rounds...
+    files: dict[str, str] = field(default_factory=dict)  # the final workspace's text files, for graders
+
+    @property
+    def snapshot_ids(self) -> tuple[str | None, ...]:
+        return tuple(t.snapshot_id for t in self.turns)
 
     def __post_init__(self) -> None:
         if not self.loss_mask:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -28,7 +29,10 @@ from honing.schedule.sampler import TaskSampler, check_seed_ranges, heldout_task
 from honing.tasks import Task, make_source
 from honing.train import PolicyTrainer, grpo_advantages
 from honing.train.sft import demonstrations, sft
-from honing.verify import VerifyContext, grade
+from honing.verify import VerifyContext
+from honing.verify.batch import BatchOptions, grade_batch
+from honing.verify.reward import RewardConfig
+from honing.errors import HoningError
 
 
 def default_run_dir(cfg: RunConfig, recipe: str) -> Path:
@@ -51,6 +55,17 @@ class Setup:
     sampler: TaskSampler
     ctx: VerifyContext
     exclude: set[str]
+    reward: RewardConfig
+    grading: BatchOptions
+
+
+def make_sandbox(cfg: RunConfig, verifiers: Sequence[Any]) -> Any:
+    """The sandbox for verifiers that run code (None when no source needs one)."""
+    if not any(getattr(v, "needs_sandbox", False) for v in verifiers):
+        return None
+    from honing.sandbox import Sandbox
+
+    return Sandbox(cfg.sandbox.backend, max_concurrency=cfg.sandbox.max_concurrency or None)
 
 
 def build_tasks(cfg: RunConfig) -> Setup:
@@ -62,18 +77,37 @@ def build_tasks(cfg: RunConfig) -> Setup:
     sampler = TaskSampler(sources, [s.weight for s in t.sources], t.train_seed, exclude)
     from honing.verify import get_verifier
 
-    for s in sources:  # unknown verifier names fail now, not at step 1
-        get_verifier(s.verifier)
-    return Setup(sources, held, sampler, VerifyContext(cfg.verify.extractor, cfg.verify.format_weight), exclude)
+    verifiers = [get_verifier(s.verifier) for s in sources]  # unknown names fail now, not at step 1
+    verifiers += [get_verifier(x.verifier) for x in cfg.reward.layers if x.verifier]
+    sandbox = make_sandbox(cfg, verifiers)
+    ctx = VerifyContext(cfg.verify.extractor, cfg.verify.format_weight, {"sandbox": sandbox} if sandbox else {})
+    v = cfg.verify
+    grading = BatchOptions(v.concurrency, v.timeout_s, v.max_completion_bytes, cfg.generation.max_new_tokens)
+    return Setup(sources, held, sampler, ctx, exclude, cfg.reward, grading)
 
 
-def verify_and_score(trajs: list[Trajectory], tasks: Sequence[Task], ctx: VerifyContext,
-                     group_size: int, scale: bool) -> tuple[list[Trajectory], dict[str, float]]:
-    """Grade every trajectory, drop groups with an infrastructure error (never score them 0),
-    and set group-normalised advantages."""
+def layer_means(trajs: Sequence[Trajectory]) -> dict[str, float]:
+    """Mean of each reward layer per domain ('reward/<domain>/<layer>') and of the reward itself."""
+    acc: dict[str, list[float]] = defaultdict(list)
     for t in trajs:
-        t.verdict = grade(tasks[t.group], t, ctx)
-        t.reward = t.verdict.score
+        acc[f"reward/{t.domain}/total"].append(t.reward)
+        for name, value in t.reward_layers.items():
+            acc[f"reward/{t.domain}/{name}"].append(value)
+    return {k: sum(v) / len(v) for k, v in sorted(acc.items())}
+
+
+def verify_and_score(trajs: list[Trajectory], tasks: Sequence[Task], setup: Setup, group_size: int,
+                     scale: bool, max_infra_frac: float = 1.0) -> tuple[list[Trajectory], dict[str, float]]:
+    """Grade every trajectory concurrently, compose the layered reward, drop groups with an
+    infrastructure error (never score them 0), and set group-normalised advantages."""
+    graded = grade_batch([tasks[t.group] for t in trajs], trajs, setup.ctx, setup.reward, setup.grading)
+    for t, g in zip(trajs, graded):
+        t.verdict, t.reward, t.reward_layers = g.verdict, g.reward.value, dict(g.reward.layers)
+    n_infra = sum(t.status == "infra_error" for t in trajs)
+    if trajs and n_infra / len(trajs) > max_infra_frac:
+        first = next(t.verdict.details for t in trajs if t.status == "infra_error")
+        raise HoningError(f"{n_infra}/{len(trajs)} samples were infrastructure errors this step "
+                          f"(verify.max_infra_error_frac={max_infra_frac}); first: {first}")
     bad_groups = {t.group for t in trajs if t.status == "infra_error"}
     kept = [t for t in trajs if t.group not in bad_groups]
     if kept:
@@ -89,7 +123,9 @@ def verify_and_score(trajs: list[Trajectory], tasks: Sequence[Task], ctx: Verify
         "solve_all_frac": sum(all(x.verdict.passed for x in g) for g in groups) / max(len(groups), 1),
         "completion_len": sum(len(t.completion_ids) for t in kept) / max(len(kept), 1),
         "truncated_frac": sum(t.finish_reason == "length" for t in kept) / max(len(kept), 1),
-        "infra_errors": float(len(trajs) - len(kept)),
+        "infra_errors": float(n_infra),
+        "dropped_groups": float(len(bad_groups)),
+        **layer_means(kept),
     }
 
 
@@ -113,7 +149,7 @@ def train(cfg: RunConfig, run_dir: Path, show_progress: bool = True) -> dict[str
 
     def run_eval(step: int, label: str) -> dict:
         with progress.phase(f"held-out eval ({label})"):
-            res = evaluate(engine, tok, setup.heldout, eval_params, setup.ctx, seed=cfg.seed + 7)
+            res = evaluate(engine, tok, setup.heldout, eval_params, setup.ctx, seed=cfg.seed + 7, opts=setup.grading)
         log.log(step, {f"heldout/{k}": v for k, v in res.items() if isinstance(v, (int, float))})
         progress.note(f"held-out {label}: pass@1 {res['pass@1']:.3f}  mean reward {res['mean_reward']:.3f}")
         return res
@@ -143,14 +179,15 @@ def train(cfg: RunConfig, run_dir: Path, show_progress: bool = True) -> dict[str
             tasks = setup.sampler.next(cfg.tasks.prompts_per_step)                       # sample tasks
             trajs = rollout(engine, tok, tasks, train_params, seed=cfg.seed * 100_003 + step)  # roll out
             t_gen = time.perf_counter() - t0
-            trajs, stats = verify_and_score(trajs, tasks, setup.ctx, cfg.tasks.samples_per_prompt,
-                                            cfg.train.scale_rewards)                      # verify, advantages
+            trajs, stats = verify_and_score(trajs, tasks, setup, cfg.tasks.samples_per_prompt,
+                                            cfg.train.scale_rewards,
+                                            cfg.verify.max_infra_error_frac)             # verify, advantages
             upd = trainer.step(trajs)                                                    # update policy
             engine.load_weights(None, version=step)                                      # sync weights
             dt = time.perf_counter() - t0
             samples_total += len(trajs)
             rl_time += dt
-            log.log(step, {**{f"train/{k}": v for k, v in stats.items()}, **{f"train/{k}": v for k, v in upd.items()},
+            log.log(step, {**{k if k.startswith("reward/") else f"train/{k}": v for k, v in stats.items()}, **{f"train/{k}": v for k, v in upd.items()},
                            "time/gen_s": t_gen, "time/step_s": dt, "time/samples_per_s": len(trajs) / dt})
             bar.advance(f"reward {stats['reward']:.2f}  pass {stats['pass_rate']:.2f}  {dt:.1f}s/step")
             if cfg.eval.every_steps and step % cfg.eval.every_steps == 0 and step < cfg.train.steps:

@@ -28,6 +28,8 @@ def layered(correct: float, format_ok: bool, ctx: VerifyContext, details: str, t
 class ReasoningGymVerifier:
     """The dataset's own `score_answer` on the extracted answer."""
 
+    cheap = True  # in-process, bounded work: graded inline by the batch grader
+
     def verify(self, task: Any, trajectory: Trajectory, ctx: VerifyContext) -> Verdict:
         t0 = time.perf_counter()
         answer, format_ok = EXTRACTORS[ctx.extractor](trajectory.completion_text)
@@ -43,6 +45,8 @@ def _norm(s: str) -> str:
 class ExactVerifier:
     """Normalised (case, whitespace) string equality with the reference answer."""
 
+    cheap = True  # in-process, bounded work: graded inline by the batch grader
+
     def verify(self, task: Any, trajectory: Trajectory, ctx: VerifyContext) -> Verdict:
         t0 = time.perf_counter()
         answer, format_ok = EXTRACTORS[ctx.extractor](trajectory.completion_text)
@@ -52,6 +56,8 @@ class ExactVerifier:
 
 class NumericVerifier:
     """Numeric equality within a relative tolerance (param `rel_tol`, default 1e-6)."""
+
+    cheap = True  # in-process, bounded work: graded inline by the batch grader
 
     def verify(self, task: Any, trajectory: Trajectory, ctx: VerifyContext) -> Verdict:
         t0 = time.perf_counter()

@@ -450,6 +450,8 @@ class CodeVerifier:
     """Params (task.verifier.params): call_timeout_s (5), budget_s (30), max_spawns (8),
     memory_mb (512), rel_tol (1e-9). ctx.extra['sandbox'] may supply a Sandbox."""
 
+    needs_sandbox = True
+
     def verify(self, task: Any, trajectory: Trajectory, ctx: VerifyContext) -> Verdict:
         t0 = time.perf_counter()
         hidden = task.hidden

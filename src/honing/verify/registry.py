@@ -25,7 +25,7 @@ class FunctionVerifier:
     def verify(self, task: Any, trajectory: Trajectory, ctx: VerifyContext) -> Verdict:
         fields = {"answer": task.hidden.get("answer"), "task_id": task.id, "domain": task.domain}
         score = float(self.fn(task.question, trajectory.completion_text, **(fields if self.takes_kwargs else {})))
-        return Verdict(score=min(max(score, 0.0), 1.0), passed=score >= 1.0, components={"fn": score})
+        return Verdict(score=min(max(score, 0.0), 1.0), passed=score >= 1.0, components={"correct": min(max(score, 0.0), 1.0), "fn": score})
 
 
 def register_verifier(name: str, verifier: Verifier | Callable[..., float] | None = None) -> Any:
