@@ -100,7 +100,7 @@ def test_honest_answer_is_judged_with_rubric_question_and_reference() -> None:
     j = ScriptedJudge("Names Rayleigh scattering.\n" + verdict_line(8, "correct and complete"))
     v = judge_with(j, GOOD)
     assert not v.infra_error and v.passed and v.score == pytest.approx(0.8)
-    assert v.components == {"precheck": 1.0, "judge": pytest.approx(0.8)}
+    assert v.components == {"precheck": 1.0, "judge": pytest.approx(0.8), "correct": pytest.approx(0.8)}
     [msgs] = j.calls
     assert RUBRIC in msgs[0]["content"] and QUESTION in msgs[1]["content"] and GOOD in msgs[1]["content"]
     assert "Rayleigh scattering: intensity" in msgs[1]["content"]
@@ -164,7 +164,7 @@ def test_master_keys_and_injections_are_caught_before_the_judge(name: str) -> No
     v = judge_with(j, answer)
     assert j.calls == [], "the judge must not be called"
     assert not v.infra_error and not v.passed and v.score == 0.0
-    assert v.components == {"precheck": 0.0} and v.details.startswith("precheck:")
+    assert v.components == {"precheck": 0.0, "judge": 0.0, "correct": 0.0} and v.details.startswith("precheck:")
 
 
 @pytest.mark.parametrize("answer", ["whale", "Rayleigh scattering.", "Blue light scatters more (shorter wavelength).",
@@ -295,4 +295,4 @@ def test_cli_verify_with_http_judge(http_judge, tmp_path: Path) -> None:  # noqa
     assert out["score"] == pytest.approx(0.9) and out["passed"] and out["components"]["precheck"] == 1.0
     assert http_judge[1]["seen"][-1]["model"] == "cli-grader"
     p = subprocess.run([*run, str(tmp_path / "hack.txt")], capture_output=True, timeout=120)
-    assert p.returncode == 0 and json.loads(p.stdout)["components"] == {"precheck": 0.0}
+    assert p.returncode == 0 and json.loads(p.stdout)["components"]["precheck"] == 0.0
