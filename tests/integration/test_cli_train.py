@@ -44,3 +44,35 @@ def test_lora_run_saves_adapter_and_merged_model(tmp_path: Path) -> None:
     rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert any(r.get("train/active_seqs", 0) > 0 for r in rows), "no LoRA update happened"
     assert summary["steps"] == 2
+
+
+@pytest.mark.slow
+def test_mixed_domains_with_layered_reward_and_sandboxed_code(tmp_path: Path) -> None:
+    """Arithmetic and code tasks in one run: code is graded in the bwrap sandbox, the reward is
+    the configured layers minus the overlong penalty, and each layer is logged per domain."""
+    from honing.sandbox.bwrap import find_bwrap
+
+    try:
+        find_bwrap()
+    except Exception as e:  # noqa: BLE001
+        pytest.skip(f"bwrap unavailable: {e}")
+    cfg, _ = load_config("smoke", [
+        *QUICK, "eval.heldout_tasks=0", "generation.max_new_tokens=12",
+        "tasks.sources=[{name: 'gym:basic_arithmetic', params: {min_digits: 1, max_digits: 1}},"
+        " {name: 'code:functions', params: {tiers: [1]}}]",
+        "reward.layers=[{name: format, weight: 0.1, component: format}, {name: execution, weight: 0.9}]",
+        "reward.penalties=[{name: long, kind: overlong, buffer_tokens: 4}]",
+        "sandbox.max_concurrency=2",
+    ])
+    run_dir = tmp_path / "mixed"
+    train(cfg, run_dir, show_progress=False)
+    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in rows if "train/reward" in r]
+    assert len(steps) == 2 and all(r["train/infra_errors"] == 0 for r in steps)
+    keys = set().union(*steps)
+    domains = {k.split("/")[1] for k in keys if k.startswith("reward/")}
+    assert domains, keys
+    for d in domains:
+        assert {f"reward/{d}/format", f"reward/{d}/execution", f"reward/{d}/penalty/long",
+                f"reward/{d}/total"} <= keys, sorted(keys)
+    assert "code" in domains or "code:functions" in domains or any("code" in d for d in domains), domains

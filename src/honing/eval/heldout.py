@@ -21,7 +21,8 @@ def evaluate(engine: Engine, tokenizer: PreTrainedTokenizerBase, tasks: Sequence
     Infra errors are excluded from the denominators and counted.
     """
     if not tasks:
-        return {"pass@1": float("nan"), "mean_reward": float("nan"), "n_tasks": 0, "infra_errors": 0}
+        return {"pass@1": float("nan"), "mean_reward": float("nan"), "n_tasks": 0, "infra_errors": 0,
+                "truncated_frac": 0.0, "per_domain_pass@1": {}, "examples": []}
     trajs = rollout(engine, tokenizer, tasks, params, seed=seed)
     per_task: dict[int, list] = defaultdict(list)
     infra = 0
