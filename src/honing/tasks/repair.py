@@ -1,0 +1,503 @@
+"""Repository-repair tasks (domain "repair"), graded by the `repair` verifier.
+
+* `RepairSource` ("repair"): procedural small Python packages (a core module and a module that
+  imports it, a visible unittest file) with injected bugs of graded difficulty: level 1 wrong
+  operator, 2 off-by-one, 3 wrong branch, 4 missing edge case, 5 two bugs in two files (the
+  dependent module and the one it imports). Expected values of every test are computed on
+  the host by running the reference code. Visible tests cover every function; hidden tests are
+  only cases the given buggy repo fails (an unfixed repo scores 0, pass rate otherwise), and
+  both sets are chosen so that each injected bug on its own makes at least one case fail (the generator's solvability
+  proof is checked in tests/rollout/test_repair_tasks.py in the sandbox). Hidden: the hidden
+  test file, the reference files and the reference patch (unified diff, which
+  `apply_patch` accepts: a scripted policy can replay it). Params: `levels` (subset of 1..5),
+  `max_turns` (default 12), `hidden_cases` (per function, default 6). Train and held-out tasks
+  are disjoint by construction: a task's split is a hash of its structure (family, package,
+  constants, bug sites), so no structure appears in both.
+* `RepairDirSource` ("repair:dir:<path>"): user tasks in a directory (see docs/multiturn.md):
+  `<task>/task.yaml` (instruction, ...), `<task>/repo/` (the starting files), `<task>/tests/`
+  (hidden tests), optional `<task>/solution.patch`; close to Terminal-Bench's layout.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import hashlib
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from honing.errors import TaskError
+from honing.rollout.tools import CODING_TOOLS
+from honing.tasks.types import SPLITS, Task, VerifierSpec
+
+TEST_COMMAND = "python3 -m unittest discover -s tests -t . 2>&1"
+HELDOUT_FRACTION = 0.2
+LEVEL_KINDS = {1: "operator", 2: "off_by_one", 3: "branch", 4: "edge", 5: "two_files"}
+PACKAGES = ("shopkit", "ledger", "textkit", "toolbox", "mathlib", "acme", "utilpkg", "corelib")
+INSTRUCTIONS = ("Your workspace holds a Python package and its tests (tests/test_visible.py, run with "
+                "run_tests or `{cmd}`). Find and fix the bug(s) in the package source so that the tests "
+                "pass. Do not change the tests: the package is graded with further hidden tests. "
+                "Call submit when you are done.")
+
+
+@dataclass(frozen=True)
+class Bug:
+    kind: str
+    module: str  # "core" or "dep"
+    old: str
+    new: str
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    core: tuple[str, str]  # (file stem, source); sources are format strings over the constants
+    dep: tuple[str, str]
+    constants: Callable[[random.Random], dict[str, Any]]
+    args: dict[str, Callable[[random.Random], tuple]]  # function -> random arguments
+    bugs: tuple[Bug, ...]
+
+
+def _ints(r: random.Random, n: int = 6, lo: int = -9, hi: int = 20) -> list[int]:
+    return [r.randint(lo, hi) for _ in range(r.randint(0, n))]
+
+
+def _lines(r: random.Random) -> list[tuple[float, int]]:
+    return [(round(r.uniform(0.5, 40), 2), r.randint(1, 6)) for _ in range(r.randint(0, 5))]
+
+
+def _text(r: random.Random) -> str:
+    words = ["alpha", "be", "cat", "delta", "echo", "fig", "golf", "hi", "io", "jupiter", "kilo", "lemon"]
+    return " ".join(r.choice(words) for _ in range(r.randint(0, 6)))
+
+
+SHOP_CORE = '''TAX_PERCENT = {tax}
+
+
+def line_total(price, qty):
+    return price * qty
+
+
+def with_tax(amount):
+    return round(amount + amount * TAX_PERCENT / 100, 2)
+
+
+def discount(amount, threshold):
+    if amount >= threshold:
+        return round(amount * {factor}, 2)
+    return amount
+
+
+def average_price(prices):
+    if not prices:
+        return 0.0
+    return sum(prices) / len(prices)
+'''
+SHOP_DEP = '''from .pricing import line_total, with_tax
+
+
+def subtotal(lines):
+    return round(sum(line_total(p, q) for p, q in lines), 2)
+
+
+def invoice(lines):
+    return with_tax(subtotal(lines))
+
+
+def top_items(lines, n):
+    ranked = sorted(lines, key=lambda line: line_total(*line), reverse=True)
+    return ranked[:n]
+
+
+def bulk_lines(lines, min_qty):
+    return [line for line in lines if line[1] >= min_qty]
+'''
+TEXT_CORE = '''def words(s):
+    return s.split()
+
+
+def truncate(s, width):
+    if len(s) <= width:
+        return s
+    return s[:width - 3] + "..."
+
+
+def initials(name):
+    return "".join(p[0].upper() for p in words(name))
+
+
+def pad_left(s, width, fill="{fill}"):
+    if len(s) >= width:
+        return s
+    return fill * (width - len(s)) + s
+'''
+TEXT_DEP = '''from .textutil import truncate, words
+
+
+def word_count(s):
+    return len(words(s))
+
+
+def longest_word(s):
+    ws = words(s)
+    if not ws:
+        return None
+    return max(ws, key=len)
+
+
+def headline(s, width):
+    return truncate(s.strip(), width)
+
+
+def count_long_words(s, min_len):
+    return sum(1 for w in words(s) if len(w) >= min_len)
+'''
+NUM_CORE = '''def clamp(x, lo, hi):
+    if x < lo:
+        return lo
+    if x > hi:
+        return hi
+    return x
+
+
+def scale(x, factor):
+    return x * factor + {offset}
+
+
+def safe_ratio(a, b):
+    if b == 0:
+        return None
+    return round(a / b, 6)
+
+
+def inclusive_range(a, b):
+    return list(range(a, b + 1))
+'''
+NUM_DEP = '''from .mathx import clamp, safe_ratio
+
+
+def normalize(xs, lo, hi):
+    return [clamp(x, lo, hi) for x in xs]
+
+
+def growth(xs):
+    return [safe_ratio(b - a, a) for a, b in zip(xs, xs[1:])]
+
+
+def window_sums(xs, k):
+    return [sum(xs[i:i + k]) for i in range(len(xs) - k + 1)]
+
+
+def peak_index(xs):
+    if not xs:
+        return -1
+    best = 0
+    for i in range(1, len(xs)):
+        if xs[i] > xs[best]:
+            best = i
+    return best
+'''
+
+FAMILIES: tuple[Family, ...] = (
+    Family("shop", ("pricing", SHOP_CORE), ("orders", SHOP_DEP),
+           lambda r: {"tax": r.choice([5, 8, 10, 12, 15, 20, 25]), "factor": r.choice([0.8, 0.85, 0.9, 0.95])},
+           {"line_total": lambda r: (round(r.uniform(0.5, 50), 2), r.randint(0, 9)),
+            "with_tax": lambda r: (round(r.uniform(0, 200), 2),),
+            "discount": lambda r: (float(r.randint(0, 100)), float(r.choice([20, 50, 80]))),
+            "average_price": lambda r: ([round(r.uniform(1, 30), 2) for _ in range(r.randint(0, 4))],),
+            "subtotal": lambda r: (_lines(r),), "invoice": lambda r: (_lines(r),),
+            "top_items": lambda r: (_lines(r), r.randint(1, 3)),
+            "bulk_lines": lambda r: (_lines(r), r.randint(1, 5))},
+           (Bug("operator", "core", "return price * qty", "return price + qty"),
+            Bug("operator", "core", "amount + amount * TAX_PERCENT", "amount - amount * TAX_PERCENT"),
+            Bug("off_by_one", "dep", "return ranked[:n]", "return ranked[:n - 1]"),
+            Bug("off_by_one", "dep", "line[1] >= min_qty", "line[1] > min_qty"),
+            Bug("branch", "core", "if amount >= threshold:", "if amount < threshold:"),
+            Bug("edge", "core", "    if not prices:\n        return 0.0\n", ""))),
+    Family("text", ("textutil", TEXT_CORE), ("report", TEXT_DEP),
+           lambda r: {"fill": r.choice(["*", ".", "0", "-"])},
+           {"words": lambda r: (_text(r),), "truncate": lambda r: (_text(r), r.randint(4, 20)),
+            "initials": lambda r: (_text(r),), "pad_left": lambda r: (_text(r)[:8], r.randint(0, 10)),
+            "word_count": lambda r: (_text(r),), "longest_word": lambda r: (_text(r),),
+            "headline": lambda r: ("  " + _text(r) + " ", r.randint(4, 20)),
+            "count_long_words": lambda r: (_text(r), r.randint(2, 6))},
+           (Bug("operator", "core", "s[:width - 3]", "s[:width + 3]"),
+            Bug("operator", "core", "fill * (width - len(s))", "fill * (width + len(s))"),
+            Bug("off_by_one", "dep", "len(w) >= min_len", "len(w) > min_len"),
+            Bug("off_by_one", "core", "s[:width - 3]", "s[:width - 2]"),
+            Bug("branch", "core", "if len(s) <= width:\n        return s", "if len(s) > width:\n        return s"),
+            Bug("edge", "dep", "    if not ws:\n        return None\n", ""))),
+    Family("num", ("mathx", NUM_CORE), ("series", NUM_DEP),
+           lambda r: {"offset": r.randint(1, 9)},
+           {"clamp": lambda r: (r.randint(-20, 20), r.randint(-10, 0), r.randint(1, 10)),
+            "scale": lambda r: (r.randint(-10, 10), r.randint(-3, 5)),
+            "safe_ratio": lambda r: (r.randint(-20, 20), r.choice([0, 0, r.randint(-5, 5)])),
+            "inclusive_range": lambda r: (r.randint(-3, 3), r.randint(-3, 6)),
+            "normalize": lambda r: (_ints(r), r.randint(-5, 0), r.randint(1, 10)),
+            "growth": lambda r: (_ints(r, lo=0, hi=9),),
+            "window_sums": lambda r: (_ints(r), r.randint(1, 3)), "peak_index": lambda r: (_ints(r),)},
+           (Bug("operator", "core", "x * factor + ", "x * factor - "),
+            Bug("off_by_one", "core", "range(a, b + 1)", "range(a, b)"),
+            Bug("off_by_one", "dep", "range(len(xs) - k + 1)", "range(len(xs) - k)"),
+            Bug("branch", "core", "if x < lo:\n        return lo", "if x < lo:\n        return hi"),
+            Bug("edge", "core", "    if b == 0:\n        return None\n", ""),
+            Bug("edge", "dep", "    if not xs:\n        return -1\n", ""))),
+)
+
+
+def _namespace(core: str, dep: str) -> dict[str, Any]:
+    """Run our own generated sources on the host (trusted code) to compute expected values."""
+    ns: dict[str, Any] = {}
+    exec(compile(core, "core", "exec"), ns)  # noqa: S102 - generated reference code
+    exec(compile("\n".join(ln for ln in dep.splitlines() if not ln.startswith("from .")), "dep", "exec"), ns)
+    return ns
+
+
+def _call(ns: dict[str, Any], fn: str, args: tuple) -> tuple[bool, Any]:
+    try:
+        return True, ns[fn](*copy.deepcopy(args))
+    except Exception as e:  # noqa: BLE001
+        return False, type(e).__name__
+
+
+def _render_tests(pkg: str, core: str, dep: str, fns: dict[str, list[str]],
+                  cases: dict[str, list[tuple[tuple, Any]]], title: str) -> str:
+    out = [f'"""{title}"""', "import unittest", ""]
+    for mod, m in ((core, "core"), (dep, "dep")):
+        used = sorted(f for f in fns[m] if f in cases)
+        if used:
+            out.append(f"from {pkg}.{mod} import {', '.join(used)}")
+    out += ["", ""]
+    for fn, cs in cases.items():
+        out.append(f"class Test{''.join(p.title() for p in fn.split('_'))}(unittest.TestCase):")
+        for i, (args, want) in enumerate(cs):
+            call = f"{fn}({', '.join(repr(a) for a in args)})"
+            check = "assertAlmostEqual" if isinstance(want, float) else "assertEqual"
+            out.append(f"    def test_{i}(self):\n        self.{check}({call}, {want!r})\n")
+        out.append("")
+    return "\n".join(out).rstrip() + "\n"
+
+
+def _diff(old: dict[str, str], new: dict[str, str]) -> str:
+    out = []
+    for path in sorted(new):
+        if old.get(path) != new[path]:
+            out += difflib.unified_diff(old.get(path, "").splitlines(True), new[path].splitlines(True),
+                                        f"a/{path}", f"b/{path}")
+    return "".join(out)
+
+
+class RepairSource:
+    domain = "repair"
+
+    def __init__(self, params: dict[str, Any] | None = None, verifier: str | None = None,
+                 system_prompt: str | None = None) -> None:
+        params = dict(params or {})
+        valid = {"levels", "max_turns", "hidden_cases", "visible_cases"}
+        if set(params) - valid:
+            raise TaskError(f"repair: unknown parameters {sorted(set(params) - valid)} (valid: {', '.join(sorted(valid))})")
+        self.levels = sorted(int(x) for x in params.get("levels", (1, 2, 3, 4, 5)))
+        if not self.levels or any(lv not in LEVEL_KINDS for lv in self.levels):
+            raise TaskError(f"repair: levels must be a non-empty subset of 1..5, got {self.levels}")
+        self.max_turns = int(params.get("max_turns", 12))
+        self.hidden_cases = int(params.get("hidden_cases", 6))
+        self.visible_cases = int(params.get("visible_cases", 2))
+        self.verifier = verifier or "repair"
+        self.system_prompt = system_prompt
+
+    def structure(self, n: int) -> dict[str, Any]:
+        """The structural choices of candidate `n` (what the split hashes)."""
+        rng = random.Random(f"repair/{n}")
+        level = rng.choice(self.levels)
+        fam = rng.choice(FAMILIES)
+        if level == 5:
+            core_bugs = [i for i, b in enumerate(fam.bugs) if b.module == "core"]
+            dep_bugs = [i for i, b in enumerate(fam.bugs) if b.module == "dep"]
+            sites = [rng.choice(core_bugs), rng.choice(dep_bugs)]
+        else:
+            sites = [rng.choice([i for i, b in enumerate(fam.bugs) if b.kind == LEVEL_KINDS[level]])]
+        return {"level": level, "family": fam.name, "package": rng.choice(PACKAGES), "constants": fam.constants(rng),
+                "sites": sites, "rng": rng}
+
+    def split_of(self, st: dict[str, Any]) -> str:
+        key = repr((st["family"], st["package"], sorted(st["constants"].items()), st["sites"]))
+        h = int(hashlib.sha256(key.encode()).hexdigest()[:8], 16)
+        return "heldout" if h < HELDOUT_FRACTION * 0xFFFFFFFF else "train"
+
+    def make(self, split: str, n: int) -> Task:
+        st = self.structure(n)
+        rng: random.Random = st["rng"]
+        fam = next(f for f in FAMILIES if f.name == st["family"])
+        pkg, consts = st["package"], st["constants"]
+        ref = {"core": fam.core[1].format(**consts), "dep": fam.dep[1].format(**consts)}
+        bugs = [fam.bugs[i] for i in st["sites"]]
+        buggy = dict(ref)
+        for b in bugs:
+            assert b.old in buggy[b.module], (fam.name, b)
+            buggy[b.module] = buggy[b.module].replace(b.old, b.new, 1)
+        ref_ns = _namespace(ref["core"], ref["dep"])
+        single_ns = []  # each bug alone: every one must be caught by visible and hidden tests
+        for b in bugs:
+            one = dict(ref)
+            one[b.module] = one[b.module].replace(b.old, b.new, 1)
+            single_ns.append(_namespace(one["core"], one["dep"]))
+        fns = {m: [f for f in fam.args if f"def {f}(" in ref[m]] for m in ("core", "dep")}
+        visible: dict[str, list[tuple[tuple, Any]]] = {f: [] for f in fam.args}
+        hidden: dict[str, list[tuple[tuple, Any]]] = {f: [] for f in fam.args}
+        buggy_ns = _namespace(buggy["core"], buggy["dep"])
+        caught_v, caught_h = [False] * len(bugs), [False] * len(bugs)
+        n_hidden = 0
+        for _ in range(600):
+            fn = rng.choice(list(fam.args))
+            args = fam.args[fn](rng)
+            ok, want = _call(ref_ns, fn, args)
+            if not ok:
+                continue
+            differs = [_call(ns, fn, args) != (True, want) for ns in single_ns]
+            # visible: a few cases of every function, plus at least one case exposing each bug
+            if not any(args == a for a, _ in visible[fn]) and (
+                    len(visible[fn]) < self.visible_cases
+                    or (any(d and not c for d, c in zip(differs, caught_v)) and len(visible[fn]) < self.visible_cases + 2)):
+                visible[fn].append((args, want))
+                caught_v = [c or d for c, d in zip(caught_v, differs)]
+                continue
+            # hidden: only cases the given (buggy) repo fails, so an unfixed repo scores 0
+            if (_call(buggy_ns, fn, args) != (True, want) and not any(args == a for a, _ in hidden[fn])
+                    and (n_hidden < self.hidden_cases or any(d and not c for d, c in zip(differs, caught_h)))):
+                hidden[fn].append((args, want))
+                n_hidden += 1
+                caught_h = [c or d for c, d in zip(caught_h, differs)]
+            if all(caught_v) and all(caught_h) and n_hidden >= self.hidden_cases and all(
+                    len(v) >= self.visible_cases for v in visible.values()):
+                break
+        if not (all(caught_v) and all(caught_h)):  # e.g. two bugs that cancel out: the candidate is skipped
+            raise TaskError(f"repair: could not find cases that expose the bug(s) of candidate {n}")
+        hidden = {f: cs for f, cs in hidden.items() if cs}
+        core, dep = fam.core[0], fam.dep[0]
+        path = {"core": f"{pkg}/{core}.py", "dep": f"{pkg}/{dep}.py"}
+        files = {f"{pkg}/__init__.py": f'"""The {pkg} package."""\n', path["core"]: buggy["core"],
+                 path["dep"]: buggy["dep"], "tests/__init__.py": "",
+                 "tests/test_visible.py": _render_tests(pkg, core, dep, fns, visible, "Visible tests.")}
+        solution = {path[m]: ref[m] for m in ("core", "dep") if ref[m] != buggy[m]}
+        failing = sorted({f for f, cs in visible.items() for a, w in cs
+                          if any(_call(ns, f, a) != (True, w) for ns in single_ns)})
+        statement = (f"Bug report: `{'`, `'.join(failing)}` in the `{pkg}` package return wrong results or crash "
+                     f"on some inputs (see the failing tests).\n\n" + INSTRUCTIONS.format(cmd=TEST_COMMAND))
+        msgs = ([{"role": "system", "content": self.system_prompt}] if self.system_prompt else [])
+        msgs.append({"role": "user", "content": statement})
+        level = st["level"]
+        return Task(
+            id=f"repair/{split}/{n}", domain=self.domain, prompt=tuple(msgs),
+            verifier=VerifierSpec(self.verifier),
+            hidden={"tests": {"tests/test_hidden.py": _render_tests(pkg, core, dep, fns, hidden, "Hidden tests.")},
+                    "solution": solution, "reference_patch": _diff({path[m]: buggy[m] for m in path}, solution),
+                    "bugs": [{"kind": b.kind, "file": path[b.module], "old": b.old, "new": b.new} for b in bugs]},
+            difficulty=level / 5, tags=(f"level{level}", LEVEL_KINDS[level], fam.name),
+            metadata={"level": level, "family": fam.name, "seed": n},
+            environment={"kind": "tools", "files": files, "tools": list(CODING_TOOLS), "max_turns": self.max_turns,
+                         "test_command": TEST_COMMAND, "source_files": sorted(path.values()) + [f"{pkg}/__init__.py"]})
+
+    def tasks(self, split: str, seed: int) -> Iterator[Task]:
+        if split not in SPLITS:
+            raise TaskError(f"unknown split '{split}' (expected one of {', '.join(SPLITS)})")
+        n = seed
+        while True:
+            if self.split_of(self.structure(n)) == split:
+                try:
+                    task = self.make(split, n)
+                except TaskError:  # no test set exposes every bug of this candidate
+                    n += 1
+                    continue
+                yield task
+            n += 1
+
+
+# --- user task directories --------------------------------------------------------------------
+def _load_yaml(path: Path) -> dict[str, Any]:
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as e:
+        raise TaskError(f"{path}: cannot read task.yaml: {e}") from None
+    if not isinstance(data, dict):
+        raise TaskError(f"{path}: expected a mapping")
+    return data
+
+
+def _read_tree(root: Path) -> dict[str, str]:
+    out = {}
+    for p in sorted(root.rglob("*")):
+        if p.is_file() and not p.is_symlink() and "__pycache__" not in p.parts:
+            out[str(p.relative_to(root))] = p.read_text(encoding="utf-8")
+    return out
+
+
+class RepairDirSource:
+    """Tasks from `<path>` (one task dir, or a dir of task dirs); see docs/multiturn.md."""
+
+    domain = "repair"
+
+    def __init__(self, path: str | Path, params: dict[str, Any] | None = None, verifier: str | None = None,
+                 system_prompt: str | None = None) -> None:
+        self.root = Path(path).expanduser()
+        params = dict(params or {})
+        self.heldout_fraction = float(params.pop("heldout_fraction", HELDOUT_FRACTION))
+        self.max_turns = int(params.pop("max_turns", 12))
+        if params:
+            raise TaskError(f"repair:dir: unknown parameters {sorted(params)} (valid: heldout_fraction, max_turns)")
+        if not self.root.is_dir():
+            raise TaskError(f"repair:dir: {self.root} is not a directory")
+        self.verifier = verifier or "repair"
+        self.system_prompt = system_prompt
+
+    def task_dirs(self) -> list[Path]:
+        if (self.root / "task.yaml").is_file():
+            return [self.root]
+        dirs = sorted(p for p in self.root.iterdir() if (p / "task.yaml").is_file())
+        if not dirs:
+            raise TaskError(f"repair:dir: no task.yaml in {self.root} or its subdirectories")
+        return dirs
+
+    def load(self, d: Path) -> Task:
+        meta = _load_yaml(d / "task.yaml")
+        instruction = meta.get("instruction") or meta.get("statement")
+        if not isinstance(instruction, str) or not instruction.strip():
+            raise TaskError(f"{d / 'task.yaml'}: missing 'instruction'")
+        if not (d / "repo").is_dir() or not (d / "tests").is_dir():
+            raise TaskError(f"{d}: a task needs a repo/ directory (starting files) and a tests/ directory (hidden tests)")
+        files = _read_tree(d / "repo")
+        tests_dir = str(meta.get("hidden_tests_dir", "tests"))
+        hidden_tests = {f"{tests_dir}/{k}": v for k, v in _read_tree(d / "tests").items()}
+        cmd = str(meta.get("test_command", TEST_COMMAND))
+        sources = meta.get("source_files") or ["**/*.py"]
+        msgs = ([{"role": "system", "content": self.system_prompt}] if self.system_prompt else [])
+        msgs.append({"role": "user", "content": instruction.strip() + "\n\nRun the visible tests with run_tests "
+                     f"(`{cmd}`). Call submit when you are done."})
+        hidden: dict[str, Any] = {"tests": hidden_tests}
+        if (d / "solution.patch").is_file():
+            hidden["reference_patch"] = (d / "solution.patch").read_text()
+        diff = meta.get("difficulty")
+        return Task(id=f"repair:dir/{d.name}", domain=self.domain, prompt=tuple(msgs),
+                    verifier=VerifierSpec(self.verifier, {"timeout_s": float(meta.get("max_test_timeout_sec", 60))}),
+                    hidden=hidden, difficulty={"easy": 0.2, "medium": 0.5, "hard": 0.8}.get(diff, None)
+                    if not isinstance(diff, (int, float)) else float(diff),
+                    tags=tuple(meta.get("tags") or ()), metadata={"dir": str(d)},
+                    environment={"kind": "tools", "files": files, "tools": list(CODING_TOOLS),
+                                 "max_turns": int(meta.get("max_turns", self.max_turns)), "test_command": cmd,
+                                 "source_files": list(sources)})
+
+    def tasks(self, split: str, seed: int) -> Iterator[Task]:
+        if split not in SPLITS:
+            raise TaskError(f"unknown split '{split}' (expected one of {', '.join(SPLITS)})")
+        dirs = self.task_dirs()
+        if len(dirs) > 1:
+            dirs = [d for d in dirs if (int(hashlib.sha256(d.name.encode()).hexdigest()[:8], 16)
+                                        < self.heldout_fraction * 0xFFFFFFFF) == (split == "heldout")]
+        elif split == "heldout":
+            dirs = []
+        random.Random(seed).shuffle(dirs)
+        for d in dirs:
+            yield self.load(d)
