@@ -111,6 +111,29 @@ class VerifyConfig(_Node):
     """Stop the run when more than this fraction of a step's samples are infrastructure errors."""
 
 
+class RolloutConfig(_Node):
+    """Multi-turn episodes (tasks with an environment, e.g. `repair`)."""
+
+    max_turns: int = Field(8, gt=0)
+    """Most assistant turns per episode (a task may set fewer)."""
+    max_total_tokens: int = Field(4096, gt=0)
+    """Most tokens per episode: prompt, replies and observations."""
+    wall_time_s: float = Field(600.0, gt=0)
+    """Wall-time budget per episode."""
+    max_parse_errors: int = Field(3, ge=0)
+    """Replies without a usable tool call before the episode stops."""
+    context_tokens: int | None = Field(None, gt=0)
+    """Context budget (None: the tokenizer's model_max_length, capped at 32768)."""
+    truncation: Literal["oldest_observations", "none"] = "oldest_observations"
+    """When the context is full: replace the oldest observations by a placeholder, or stop."""
+    keep_last_observations: int = Field(1, ge=0)
+    """Observations never truncated (the most recent ones)."""
+    mask_stale_turns: bool = True
+    """Give loss mask 0 to replies sampled under a context that was later truncated."""
+    max_observation_chars: int = Field(4000, gt=0)
+    """Tool output longer than this is cut (head and tail kept)."""
+
+
 class SandboxConfig(_Node):
     backend: Literal["bwrap", "local"] = "bwrap"
     """Where code runs: 'bwrap' (isolated) or 'local' (NO isolation; trusted code only)."""
@@ -185,6 +208,8 @@ class RunConfig(_Node):
     verify: VerifyConfig = VerifyConfig()
     reward: RewardConfig = RewardConfig()
     """Layered reward (layers, penalties, clipping); empty: the verifier's score is the reward."""
+    rollout: RolloutConfig = RolloutConfig()
+    """Multi-turn episode limits."""
     sandbox: SandboxConfig = SandboxConfig()
     """Sandbox for verifiers that execute code (code, repair)."""
     train: TrainConfig = TrainConfig()

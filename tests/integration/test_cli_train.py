@@ -76,3 +76,26 @@ def test_mixed_domains_with_layered_reward_and_sandboxed_code(tmp_path: Path) ->
         assert {f"reward/{d}/format", f"reward/{d}/execution", f"reward/{d}/penalty/long",
                 f"reward/{d}/total"} <= keys, sorted(keys)
     assert "code" in domains or "code:functions" in domains or any("code" in d for d in domains), domains
+
+
+@pytest.mark.slow
+def test_multiturn_repair_tasks_train_and_evaluate_in_the_loop(tmp_path: Path) -> None:
+    """Repair tasks (multi-turn, tools in a sandbox session) mixed with single-turn arithmetic:
+    both are rolled out, graded and evaluated in one run."""
+    import shutil
+
+    if shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap is not installed")
+    cfg, _ = load_config("smoke", [
+        *QUICK, "eval.heldout_tasks=4", "generation.max_new_tokens=16", "tasks.samples_per_prompt=2",
+        "tasks.sources=[{name: repair, params: {levels: [1]}}, {name: 'gym:basic_arithmetic'}]",
+        "rollout.max_turns=2", "rollout.context_tokens=4096",
+    ])
+    run_dir = tmp_path / "repair"
+    summary = train(cfg, run_dir, show_progress=False)
+    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in rows if "train/reward" in r]
+    assert len(steps) == 2 and all(r["train/infra_errors"] == 0 for r in steps)
+    assert any("reward/repair/total" in r for r in steps)
+    assert "repair" in summary["heldout_after"]["per_domain_pass@1"]
+    assert summary["heldout_after"]["infra_errors"] == 0

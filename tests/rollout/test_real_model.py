@@ -52,3 +52,29 @@ def test_tiny_model_episodes_have_consistent_tokens_masks_and_logprobs(sandbox):
         stale = max((x["at_turn"] for x in tr.truncations), default=0)
         assert mask.sum() == sum(len(t.action_ids) for t in tr.turns if t.index >= stale)
     assert any(t.truncated_context for t in trajs)  # 512 tokens of context: the budget policy ran
+
+
+@needs_bwrap
+def test_trainer_step_on_multiturn_trajectories_trains_only_generated_tokens(sandbox):
+    """The loop's update on multi-turn samples: only mask-1 tokens count, and the trainer's
+    log-probs before the update equal the engine's sampling log-probs on exactly those tokens."""
+    from honing.config import LoraConfig, TrainConfig
+    from honing.train.trainer import PolicyTrainer
+
+    model, tok = load_policy("tiny-random", seed=4)
+    engine = TransformersEngine(model, eos_ids=[tok.eos_token_id], pad_id=tok.pad_token_id)
+    task = Task(id="t", domain="test", prompt=({"role": "user", "content": "Fix a.py."},),
+                verifier=VerifierSpec("repair"), environment={"files": {"a.py": "x = 1\n"}})
+    env = lambda _t: ToolEnvironment(get_tools(["read_file", "submit"]), instructions="Use tools.")  # noqa: E731
+    cfg = MultiTurnConfig(max_turns=2, max_parse_errors=10, context_tokens=2048, profile="shell")
+    trajs = multiturn_rollout(engine, tok, [task], SamplingParams(max_new_tokens=12, n=2), sandbox, cfg, seed=1,
+                              make_env=env)
+    for t, a in zip(trajs, (1.0, -1.0)):
+        t.advantage = a
+    trainer = PolicyTrainer(model, tok.pad_token_id, TrainConfig(learning_rate=1e-3, micro_batch_size=1),
+                            LoraConfig(), False, 1.0)
+    before = [p.detach().clone() for p in model.parameters()]
+    stats = trainer.step(trajs)
+    assert stats["tokens"] == sum(sum(t.loss_mask) for t in trajs) < sum(len(t.completion_ids) for t in trajs)
+    assert stats["logprob_mismatch"] < 1e-3 and stats["active_seqs"] == 2
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Sequence
+from typing import Callable, Sequence
 
 from transformers import PreTrainedTokenizerBase
 
@@ -15,7 +15,8 @@ from honing.verify.batch import BatchOptions, grade_batch
 
 
 def evaluate(engine: Engine, tokenizer: PreTrainedTokenizerBase, tasks: Sequence[Task], params: SamplingParams,
-             ctx: VerifyContext, seed: int = 0, opts: BatchOptions = BatchOptions()) -> dict:
+             ctx: VerifyContext, seed: int = 0, opts: BatchOptions = BatchOptions(),
+             roll_out: Callable[..., list] | None = None) -> dict:
     """pass@1 = mean over tasks of the fraction of samples that pass (the unbiased estimator for k=1).
 
     Infra errors are excluded from the denominators and counted.
@@ -23,7 +24,8 @@ def evaluate(engine: Engine, tokenizer: PreTrainedTokenizerBase, tasks: Sequence
     if not tasks:
         return {"pass@1": float("nan"), "mean_reward": float("nan"), "n_tasks": 0, "infra_errors": 0,
                 "truncated_frac": 0.0, "per_domain_pass@1": {}, "examples": []}
-    trajs = rollout(engine, tokenizer, tasks, params, seed=seed)
+    trajs = (roll_out or (lambda e, tok, ts, p, sd: rollout(e, tok, ts, p, seed=sd)))(engine, tokenizer, tasks, params,
+                                                                                      seed)
     per_task: dict[int, list] = defaultdict(list)
     infra = 0
     graded = grade_batch([tasks[t.group] for t in trajs], trajs, ctx, opts=opts)

@@ -1,4 +1,5 @@
-"""Rollouts: the Trajectory type and the single-turn loop (multi-turn comes later).
+"""Rollouts: the Trajectory type, the single-turn loop, the multi-turn agent loop
+(honing.rollout.multiturn), and `rollout_tasks` for batches that mix both.
 
 The loop functions load lazily: grading code imports `Trajectory` without pulling in torch.
 """
@@ -7,7 +8,7 @@ from typing import Any
 
 from honing.rollout.types import Trajectory
 
-__all__ = ["Trajectory", "prompt_ids", "rollout"]
+__all__ = ["Trajectory", "prompt_ids", "rollout", "rollout_tasks"]
 
 
 def __getattr__(name: str) -> Any:
@@ -15,4 +16,8 @@ def __getattr__(name: str) -> Any:
         from honing.rollout import single
 
         return getattr(single, name)
+    if name == "rollout_tasks":
+        from honing.rollout.mixed import rollout_tasks
+
+        return rollout_tasks
     raise AttributeError(name)

@@ -22,14 +22,15 @@ from honing.config import RunConfig, dump_config
 from honing.engine import SamplingParams, TransformersEngine
 from honing.eval import evaluate
 from honing.models import load_policy
-from honing.rollout import Trajectory, rollout
+from honing.rollout import Trajectory
+from honing.rollout.mixed import rollout_tasks
 from honing.schedule.progress import Progress
 from honing.schedule.runlog import RunLog, atomic_write_text, prune_checkpoints, save_checkpoint
 from honing.schedule.sampler import TaskSampler, check_seed_ranges, heldout_tasks
 from honing.tasks import Task, make_source
 from honing.train import PolicyTrainer, grpo_advantages
 from honing.train.sft import demonstrations, sft
-from honing.verify import VerifyContext
+from honing.verify import Verdict, VerifyContext
 from honing.verify.batch import BatchOptions, grade_batch
 from honing.verify.reward import RewardConfig
 from honing.errors import HoningError
@@ -57,11 +58,17 @@ class Setup:
     exclude: set[str]
     reward: RewardConfig
     grading: BatchOptions
+    sandbox: Any  # for code-running verifiers and multi-turn episodes (None when nothing needs one)
+    multiturn: Any  # MultiTurnConfig
+
+    def roll_out(self, engine: Any, tok: Any, tasks: Sequence[Task], params: SamplingParams,
+                 seed: int) -> list[Trajectory]:
+        return rollout_tasks(engine, tok, tasks, params, seed, self.sandbox, self.multiturn)
 
 
-def make_sandbox(cfg: RunConfig, verifiers: Sequence[Any]) -> Any:
-    """The sandbox for verifiers that run code (None when no source needs one)."""
-    if not any(getattr(v, "needs_sandbox", False) for v in verifiers):
+def make_sandbox(cfg: RunConfig, verifiers: Sequence[Any], multiturn: bool) -> Any:
+    """The sandbox for verifiers that run code and for multi-turn episodes (None when nothing needs one)."""
+    if not multiturn and not any(getattr(v, "needs_sandbox", False) for v in verifiers):
         return None
     from honing.sandbox import Sandbox
 
@@ -79,11 +86,22 @@ def build_tasks(cfg: RunConfig) -> Setup:
 
     verifiers = [get_verifier(s.verifier) for s in sources]  # unknown names fail now, not at step 1
     verifiers += [get_verifier(x.verifier) for x in cfg.reward.layers if x.verifier]
-    sandbox = make_sandbox(cfg, verifiers)
+    probe = [next(iter(s.tasks("train", t.train_seed)), None) for s in sources]  # multi-turn sources?
+    sandbox = make_sandbox(cfg, verifiers, any(x is not None and x.environment for x in probe))
     ctx = VerifyContext(cfg.verify.extractor, cfg.verify.format_weight, {"sandbox": sandbox} if sandbox else {})
     v = cfg.verify
     grading = BatchOptions(v.concurrency, v.timeout_s, v.max_completion_bytes, cfg.generation.max_new_tokens)
-    return Setup(sources, held, sampler, ctx, exclude, cfg.reward, grading)
+    return Setup(sources, held, sampler, ctx, exclude, cfg.reward, grading, sandbox, multiturn_config(cfg))
+
+
+def multiturn_config(cfg: RunConfig) -> Any:
+    from honing.rollout.multiturn import MultiTurnConfig
+
+    r = cfg.rollout
+    return MultiTurnConfig(max_turns=r.max_turns, max_total_tokens=r.max_total_tokens, wall_time_s=r.wall_time_s,
+                           max_parse_errors=r.max_parse_errors, context_tokens=r.context_tokens,
+                           truncation=r.truncation, keep_last_observations=r.keep_last_observations,
+                           mask_stale_turns=r.mask_stale_turns, max_observation_chars=r.max_observation_chars)
 
 
 def layer_means(trajs: Sequence[Trajectory]) -> dict[str, float]:
@@ -103,6 +121,8 @@ def verify_and_score(trajs: list[Trajectory], tasks: Sequence[Task], setup: Setu
     graded = grade_batch([tasks[t.group] for t in trajs], trajs, setup.ctx, setup.reward, setup.grading)
     for t, g in zip(trajs, graded):
         t.verdict, t.reward, t.reward_layers = g.verdict, g.reward.value, dict(g.reward.layers)
+        if t.stop_reason == "infra_error":  # the episode's sandbox broke: not the policy's doing
+            t.verdict, t.reward = Verdict.infra(f"episode stopped by an infrastructure error: {t.verdict.details}"), 0.0
     n_infra = sum(t.status == "infra_error" for t in trajs)
     if trajs and n_infra / len(trajs) > max_infra_frac:
         first = next(t.verdict.details for t in trajs if t.status == "infra_error")
@@ -149,7 +169,8 @@ def train(cfg: RunConfig, run_dir: Path, show_progress: bool = True) -> dict[str
 
     def run_eval(step: int, label: str) -> dict:
         with progress.phase(f"held-out eval ({label})"):
-            res = evaluate(engine, tok, setup.heldout, eval_params, setup.ctx, seed=cfg.seed + 7, opts=setup.grading)
+            res = evaluate(engine, tok, setup.heldout, eval_params, setup.ctx, seed=cfg.seed + 7, opts=setup.grading,
+                           roll_out=setup.roll_out)
         log.log(step, {f"heldout/{k}": v for k, v in res.items() if isinstance(v, (int, float))})
         progress.note(f"held-out {label}: pass@1 {res['pass@1']:.3f}  mean reward {res['mean_reward']:.3f}")
         return res
@@ -177,7 +198,7 @@ def train(cfg: RunConfig, run_dir: Path, show_progress: bool = True) -> dict[str
         for step in range(1, cfg.train.steps + 1):
             t0 = time.perf_counter()
             tasks = setup.sampler.next(cfg.tasks.prompts_per_step)                       # sample tasks
-            trajs = rollout(engine, tok, tasks, train_params, seed=cfg.seed * 100_003 + step)  # roll out
+            trajs = setup.roll_out(engine, tok, tasks, train_params, cfg.seed * 100_003 + step)  # roll out
             t_gen = time.perf_counter() - t0
             trajs, stats = verify_and_score(trajs, tasks, setup, cfg.tasks.samples_per_prompt,
                                             cfg.train.scale_rewards,

@@ -190,6 +190,8 @@ class RepairVerifier:
     """Params (task.verifier.params): timeout_s (whole run, 60), file_timeout_s (per hidden test
     file, 30), memory_mb (512). ctx.extra['sandbox'] may supply a Sandbox."""
 
+    needs_sandbox = True
+
     def verify(self, task: Any, trajectory: Trajectory, ctx: VerifyContext) -> Verdict:
         t0 = time.perf_counter()
         if trajectory.stop_reason == "infra_error":
