@@ -175,6 +175,37 @@ def verify_cmd(
         raise typer.Exit(3)
 
 
+@app.command("rollout")
+def rollout_cmd(
+    task: Optional[str] = typer.Option(None, "--task", help="Task domain/source, e.g. repair or gym:basic_arithmetic"),
+    task_file: Optional[Path] = typer.Option(None, "--task-file", help="One task as JSON (`honing tasks show --json`)"),
+    model: str = typer.Option("smollm2-135m-instruct", "--model", help="Model spec (tokenizer only for scripted policies)"),
+    policy: str = typer.Option("model", "--policy", help="model, reference, or scripted:FILE.jsonl (one turn per line)"),
+    n: int = typer.Option(1, "--n", help="How many tasks of the domain"),
+    samples: int = typer.Option(1, "--samples", help="Episodes per task"),
+    split: str = typer.Option("train", "--split", help="train or heldout"),
+    seed: int = typer.Option(0, "--seed"),
+    params: Optional[str] = typer.Option(None, "--params", help="Source parameters as JSON"),
+    max_turns: Optional[int] = typer.Option(None, "--max-turns"),
+    max_new_tokens: Optional[int] = typer.Option(None, "--max-new-tokens"),
+    temperature: float = typer.Option(1.0, "--temperature"),
+    extractor: str = typer.Option("last_number", "--extractor", help="Answer extractor for single-turn tasks"),
+    backend: str = typer.Option("bwrap", "--backend", help="Sandbox backend for multi-turn tasks"),
+    show: bool = typer.Option(False, "--show", help="Print each trajectory readably (turns, tools, observations)"),
+    as_json: bool = typer.Option(False, "--json", help="Print each trajectory's verdict as one JSON line"),
+) -> None:
+    """Run a few episodes with a model or scripted policy, grade them, and show what happened."""
+    from honing.rollout.show import RolloutOptions, main as rollout_main
+
+    try:
+        parsed = json.loads(params) if params else {}
+    except json.JSONDecodeError as e:
+        raise HoningError(f"--params is not valid JSON: {e.msg}") from None
+    opts = RolloutOptions(task, task_file, model, policy, n, samples, split, seed, parsed, max_turns, max_new_tokens,
+                          temperature, extractor, backend)
+    raise typer.Exit(rollout_main(opts, show, as_json))
+
+
 @sandbox_app.command("exec", context_settings={"allow_interspersed_args": False})
 def sandbox_exec(
     cmd: list[str] = typer.Argument(..., help="Command and arguments (put them after --)"),
