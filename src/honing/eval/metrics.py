@@ -1,0 +1,102 @@
+"""Evaluation metrics as pure functions: pass@k, mean@n, maj@k, bootstrap confidence intervals.
+
+Per task the inputs are n samples; `correct` is how many passed, `answers` the normalised final
+answers (None when a sample had none). Dataset-level numbers are means over tasks.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import Counter
+from itertools import combinations
+from typing import Callable, Hashable, Sequence
+
+import numpy as np
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k (Chen et al. 2021, "Evaluating Large Language Models Trained on Code"):
+
+        pass@k = 1 - C(n - c, k) / C(n, k) = 1 - prod_{i = n - c + 1}^{n} (1 - k / i)
+
+    the probability that a random k-subset of the n samples holds at least one of the c correct
+    ones. The product form is numerically stable for large n.
+    """
+    if not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"pass@k needs 0 <= c <= n and 1 <= k <= n (n={n}, c={c}, k={k})")
+    if n - c < k:
+        return 1.0
+    return 1.0 - float(np.prod(1.0 - k / np.arange(n - c + 1, n + 1)))
+
+
+def ks_for(n: int) -> list[int]:
+    """k = 1, 2, 4, ... up to n (and n itself): the points of a pass@k curve."""
+    ks = [1 << i for i in range(n.bit_length()) if 1 << i <= n]
+    return ks if ks[-1] == n else ks + [n]
+
+
+def pass_at_k_curve(ns: Sequence[int], cs: Sequence[int]) -> dict[int, float]:
+    """Mean pass@k over tasks for every k on the curve of the smallest n."""
+    n_min = min(ns)
+    return {k: float(np.mean([pass_at_k(n, c, k) for n, c in zip(ns, cs)])) for k in ks_for(n_min)}
+
+
+def mean_at_n(n: int, c: int) -> float:
+    """mean@n: the fraction of the n samples that passed (an unbiased pass@1)."""
+    return c / n
+
+
+def majority(answers: Sequence[Hashable | None]) -> Hashable | None:
+    """The most common non-None answer; ties go to the answer seen first (deterministic)."""
+    counts = Counter(a for a in answers if a is not None)
+    if not counts:
+        return None
+    best = max(counts.values())
+    return next(a for a in answers if a is not None and counts[a] == best)
+
+
+def maj_at_k(answers: Sequence[Hashable | None], gold_ok: Callable[[Hashable], bool], k: int,
+             max_subsets: int = 200, seed: int = 0) -> float:
+    """maj@k: the chance that the majority answer of k samples is correct, averaged over the
+    k-subsets of the n samples (all of them when there are at most `max_subsets`, else a seeded
+    random sample of subsets)."""
+    n = len(answers)
+    if not 1 <= k <= n:
+        raise ValueError(f"maj@k needs 1 <= k <= n (n={n}, k={k})")
+    if math.comb(n, k) <= max_subsets:
+        subsets = list(combinations(range(n), k))
+    else:
+        rng = random.Random(seed)
+        subsets = [tuple(rng.sample(range(n), k)) for _ in range(max_subsets)]
+    hits = 0
+    for s in subsets:
+        m = majority([answers[i] for i in s])
+        hits += m is not None and gold_ok(m)
+    return hits / len(subsets)
+
+
+def bootstrap_ci(values: Sequence[float], level: float = 0.95, n_boot: int = 2000,
+                 seed: int = 0) -> tuple[float, float]:
+    """Percentile bootstrap CI of the mean over tasks (resampling tasks with replacement)."""
+    v = np.asarray(values, dtype=float)
+    if v.size == 0:
+        return (float("nan"), float("nan"))
+    if v.size == 1:
+        return (float(v[0]), float(v[0]))
+    rng = np.random.default_rng(seed)
+    means = v[rng.integers(0, v.size, size=(n_boot, v.size))].mean(axis=1)
+    lo = (1.0 - level) / 2
+    return (float(np.quantile(means, lo)), float(np.quantile(means, 1.0 - lo)))
+
+
+def diff_ci(a: Sequence[float], b: Sequence[float], level: float = 0.95, n_boot: int = 2000,
+            seed: int = 0) -> tuple[float, float, float]:
+    """Paired bootstrap of mean(b) - mean(a) over the same tasks: (delta, lo, hi). An interval
+    that excludes 0 is a significant change."""
+    x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if x.shape != y.shape:
+        raise ValueError(f"paired comparison needs the same tasks on both sides ({x.size} vs {y.size})")
+    d = y - x
+    lo, hi = bootstrap_ci(d, level, n_boot, seed)
+    return float(d.mean()) if d.size else float("nan"), lo, hi

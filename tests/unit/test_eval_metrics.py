@@ -1,0 +1,87 @@
+"""pass@k against brute-force enumeration, maj@k, bootstrap CIs."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from honing.eval.metrics import (bootstrap_ci, diff_ci, ks_for, maj_at_k, majority, mean_at_n, pass_at_k,
+                                 pass_at_k_curve)
+
+
+def brute_pass_at_k(n: int, c: int, k: int) -> float:
+    """Fraction of all k-subsets of n samples (the first c correct) holding a correct one."""
+    subsets = list(itertools.combinations(range(n), k))
+    return sum(any(i < c for i in s) for s in subsets) / len(subsets)
+
+
+@pytest.mark.parametrize("n", range(1, 11))
+def test_pass_at_k_equals_enumeration_over_all_k_subsets(n: int) -> None:
+    for c in range(n + 1):
+        for k in range(1, n + 1):
+            assert pass_at_k(n, c, k) == pytest.approx(brute_pass_at_k(n, c, k), abs=1e-12), (n, c, k)
+
+
+def test_pass_at_k_is_stable_for_large_n_and_matches_the_binomial_form() -> None:
+    n, c, k = 1000, 7, 100
+    exact = 1 - math.comb(n - c, k) / math.comb(n, k)
+    assert pass_at_k(n, c, k) == pytest.approx(exact, rel=1e-12)
+    assert pass_at_k(10_000, 1, 1) == pytest.approx(1e-4)
+    assert pass_at_k(5, 0, 3) == 0.0 and pass_at_k(5, 3, 3) == 1.0
+    assert pass_at_k(8, 2, 1) == mean_at_n(8, 2)
+
+
+def test_pass_at_k_rejects_impossible_inputs() -> None:
+    for bad in [(4, 5, 1), (4, 2, 0), (4, 2, 5), (4, -1, 1)]:
+        with pytest.raises(ValueError, match="pass@k needs"):
+            pass_at_k(*bad)
+
+
+def test_curve_points_and_monotone() -> None:
+    assert ks_for(8) == [1, 2, 4, 8] and ks_for(6) == [1, 2, 4, 6] and ks_for(1) == [1]
+    curve = pass_at_k_curve([8, 8, 8], [0, 1, 4])
+    assert list(curve) == [1, 2, 4, 8]
+    assert curve[1] == pytest.approx((0 + 1 / 8 + 4 / 8) / 3)
+    assert all(a <= b for a, b in zip(curve.values(), list(curve.values())[1:]))
+    assert curve[8] == pytest.approx(2 / 3)
+
+
+def test_majority_and_maj_at_k() -> None:
+    assert majority(["3", None, "4", "4", "3"]) == "3"  # tie: first seen
+    assert majority([None, None]) is None
+    answers = ["5", "5", "6", None]
+    ok = lambda a: a == "5"  # noqa: E731
+    brute = [majority([answers[i] for i in s]) == "5" for s in itertools.combinations(range(4), 3)]
+    assert maj_at_k(answers, ok, 3) == pytest.approx(sum(brute) / len(brute))
+    assert maj_at_k(answers, ok, 4) == 1.0
+    assert maj_at_k(answers, ok, 1) == pytest.approx(2 / 4)
+    # many subsets: sampled with a seed, deterministic
+    many = ["1"] * 10 + ["2"] * 10
+    assert maj_at_k(many, lambda a: a == "1", 9, max_subsets=50, seed=3) == maj_at_k(
+        many, lambda a: a == "1", 9, max_subsets=50, seed=3)
+
+
+def test_bootstrap_ci_covers_the_mean_and_shrinks_with_more_tasks() -> None:
+    rng = np.random.default_rng(0)
+    small = rng.random(20)
+    big = rng.random(2000)
+    lo, hi = bootstrap_ci(small)
+    assert lo <= small.mean() <= hi
+    lo2, hi2 = bootstrap_ci(big)
+    assert hi2 - lo2 < hi - lo
+    assert bootstrap_ci([0.5]) == (0.5, 0.5)
+    assert all(math.isnan(x) for x in bootstrap_ci([]))
+
+
+def test_paired_difference_flags_a_real_regression_only() -> None:
+    a = [1.0] * 40 + [0.0] * 10
+    b = [0.0] * 20 + [1.0] * 20 + [0.0] * 10   # 20 tasks lost
+    d, lo, hi = diff_ci(a, b)
+    assert d == pytest.approx(-0.4) and hi < 0
+    d, lo, hi = diff_ci(a, a)
+    assert d == 0 and lo <= 0 <= hi
+    with pytest.raises(ValueError, match="same tasks"):
+        diff_ci([1.0], [1.0, 0.0])
