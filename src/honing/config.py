@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from honing.errors import ConfigError
 from honing.verify.reward import RewardConfig
@@ -161,9 +161,61 @@ class TrainConfig(_Node):
     clip_eps_high: float = Field(0.2, gt=0)
     """PPO clip: ratio upper bound 1 + clip_eps_high (DAPO clip-higher when > low)."""
     kl_coef: float = Field(0.0, ge=0)
-    """Coefficient of the k3 KL to the frozen reference; 0 loads no reference model."""
+    """Coefficient of the KL to the frozen reference (initial policy); 0 loads no reference model."""
+    kl_estimator: Literal["k1", "k2", "k3"] = "k3"
+    """KL estimator (Schulman 2020): k1 = logp - ref, k2 = (logp - ref)^2 / 2, k3 = exp(ref - logp) - (ref - logp) - 1."""
+    kl_in_reward: bool = False
+    """Fold the KL into the reward (r - kl_coef * sum_t KL_t, before advantages) instead of adding a loss term."""
     scale_rewards: bool = True
     """GRPO: divide group-centred rewards by the group std (False: Dr. GRPO-style centring only)."""
+    advantage_estimator: Literal["grpo", "dr_grpo", "rloo", "reinforce_pp"] = "grpo"
+    """grpo (group mean/std), dr_grpo (group mean only), rloo (leave-one-out mean), reinforce_pp (batch mean/std)."""
+    policy_loss: Literal["ppo_clip", "gspo", "cispo"] = "ppo_clip"
+    """ppo_clip (per-token ratio, clip_eps_low/high; DAPO clip-higher), gspo (sequence ratio), cispo (clipped IS weight)."""
+    loss_aggregation: Literal["token_mean", "seq_mean_token_mean", "seq_sum_norm"] = "token_mean"
+    """token_mean (DAPO), seq_mean_token_mean (original GRPO), seq_sum_norm (Dr. GRPO: / (sequences * loss_norm_tokens))."""
+    loss_norm_tokens: int | None = Field(None, gt=0)
+    """seq_sum_norm's constant (e.g. generation.max_new_tokens); None: the longest completion of the step."""
+    gspo_clip_low: float = Field(3e-4, gt=0, lt=1)
+    """GSPO: sequence-ratio lower bound 1 - gspo_clip_low."""
+    gspo_clip_high: float = Field(4e-4, gt=0)
+    """GSPO: sequence-ratio upper bound 1 + gspo_clip_high."""
+    cispo_max_weight: float = Field(5.0, gt=1)
+    """CISPO: importance weights are clipped to at most this (stop-gradient)."""
+    tis_cap: float | None = Field(None, gt=1)
+    """Truncated importance sampling: weight tokens by min(exp(old_logp - engine_logp), tis_cap); None: off."""
+    seq_mask_low: float | None = Field(None, gt=0, lt=1)
+    """Drop sequences whose geometric-mean trainer/engine ratio is below this; None: off."""
+    seq_mask_high: float | None = Field(None, gt=1)
+    """Drop sequences whose geometric-mean trainer/engine ratio is above this; None: off."""
+    recompute_old_logprobs: bool = False
+    """Old log-probs from the trainer (before the update) rather than the engine's; always on when ppo_epochs * mini_batches > 1 or with tis_cap / seq_mask_*."""
+    ppo_epochs: int = Field(1, gt=0)
+    """Passes over each batch of rollouts (PPO-style reuse)."""
+    mini_batches: int = Field(1, gt=0)
+    """Optimizer steps per epoch: the batch is shuffled and split into this many mini-batches."""
+    micro_batch_tokens: int = Field(0, ge=0)
+    """Padded-token budget per forward/backward: sequences sorted by length and packed up to it (0: micro_batch_size)."""
+    logprob_chunk_tokens: int = Field(4096, ge=0)
+    """Compute log-probs this many (row x position) tokens at a time, never the whole batch's vocabulary logits (0: off)."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass (less memory, ~30% more compute)."""
+    dynamic_sampling: bool = False
+    """DAPO dynamic sampling: drop groups whose rewards are all equal (no signal) and refill the step with new tasks."""
+    dynamic_sampling_max_rounds: int = Field(3, ge=1)
+    """Most extra rollout rounds per step when refilling (then the step trains on what it has)."""
+
+    @model_validator(mode="after")
+    def _check_ranges(self) -> "TrainConfig":
+        if self.clip_eps_low >= 1:
+            raise ValueError(f"train.clip_eps_low={self.clip_eps_low} must be < 1 (ratio lower bound 1 - clip_eps_low > 0)")
+        for lo, hi in (("clip_eps_low", "clip_eps_high"), ("gspo_clip_low", "gspo_clip_high")):
+            if getattr(self, hi) < getattr(self, lo):
+                raise ValueError(f"train.{hi}={getattr(self, hi)} < train.{lo}={getattr(self, lo)}: clip range "
+                                 "inverted (the upper clip must be at least the lower; DAPO clip-higher raises it)")
+        if self.kl_in_reward and self.kl_coef == 0:
+            raise ValueError("train.kl_in_reward needs train.kl_coef > 0")
+        return self
 
 
 class SFTConfig(_Node):

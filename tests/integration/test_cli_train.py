@@ -99,3 +99,34 @@ def test_multiturn_repair_tasks_train_and_evaluate_in_the_loop(tmp_path: Path) -
     assert any("reward/repair/total" in r for r in steps)
     assert "repair" in summary["heldout_after"]["per_domain_pass@1"]
     assert summary["heldout_after"]["infra_errors"] == 0
+
+
+def test_informative_groups_drops_groups_without_signal() -> None:
+    from honing.rollout.types import Trajectory
+    from honing.schedule.loop import informative_groups
+
+    def tr(r: float) -> Trajectory:
+        t = Trajectory("t", "d", (1,), (2,), (0.0,), "", "stop", 0)
+        t.reward = r
+        return t
+
+    trajs = [tr(r) for r in (1, 1, 1, 0, 1, 0, 0, 0, 0.5, 0.5)]  # groups of 2
+    kept, dropped = informative_groups(trajs, 2)
+    assert [t.reward for t in kept] == [1, 0, 1, 0] and dropped == 3
+
+
+@pytest.mark.slow
+def test_dynamic_sampling_refills_the_step_with_informative_groups(tmp_path: Path) -> None:
+    cfg, _ = load_config("smoke", [*QUICK, "eval.heldout_tasks=0", "train.dynamic_sampling=true", "sft.steps=100",
+                                   "train.dynamic_sampling_max_rounds=4", "tasks.prompts_per_step=4"])
+    run_dir = tmp_path / "dyn"
+    train(cfg, run_dir, show_progress=False)
+    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in rows if "train/dynamic_rounds" in r]
+    assert len(steps) == 2
+    for r in steps:
+        assert r["train/dynamic_rounds"] >= 1 and r["train/dynamic_kept_groups"] <= 4
+        # every group trained on has reward variance, so every trained sequence has an advantage
+        assert r["train/active_seqs"] == r["train/dynamic_kept_groups"] * 4
+    assert sum(r["train/dynamic_kept_groups"] for r in steps) > 0  # after SFT some groups do have signal
+    assert sum(r["train/dynamic_dropped_groups"] for r in steps) > 0

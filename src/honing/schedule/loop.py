@@ -28,7 +28,7 @@ from honing.schedule.progress import Progress
 from honing.schedule.runlog import RunLog, atomic_write_text, prune_checkpoints, save_checkpoint
 from honing.schedule.sampler import TaskSampler, check_seed_ranges, heldout_tasks
 from honing.tasks import Task, make_source
-from honing.train import PolicyTrainer, grpo_advantages
+from honing.train import PolicyTrainer, check_train_config, compute_advantages, grpo_advantages
 from honing.train.sft import demonstrations, sft
 from honing.verify import Verdict, VerifyContext
 from honing.verify.batch import BatchOptions, grade_batch
@@ -115,7 +115,8 @@ def layer_means(trajs: Sequence[Trajectory]) -> dict[str, float]:
 
 
 def verify_and_score(trajs: list[Trajectory], tasks: Sequence[Task], setup: Setup, group_size: int,
-                     scale: bool, max_infra_frac: float = 1.0) -> tuple[list[Trajectory], dict[str, float]]:
+                     scale: bool, max_infra_frac: float = 1.0,
+                     train_cfg: Any = None) -> tuple[list[Trajectory], dict[str, float]]:
     """Grade every trajectory concurrently, compose the layered reward, drop groups with an
     infrastructure error (never score them 0), and set group-normalised advantages."""
     graded = grade_batch([tasks[t.group] for t in trajs], trajs, setup.ctx, setup.reward, setup.grading)
@@ -131,7 +132,8 @@ def verify_and_score(trajs: list[Trajectory], tasks: Sequence[Task], setup: Setu
     bad_groups = {t.group for t in trajs if t.status == "infra_error"}
     kept = [t for t in trajs if t.group not in bad_groups]
     if kept:
-        adv = grpo_advantages(torch.tensor([t.reward for t in kept]), group_size, scale=scale)
+        rewards_t = torch.tensor([t.reward for t in kept])  # train.advantage_estimator (GRPO without a train config)
+        adv = compute_advantages(rewards_t, group_size, train_cfg) if train_cfg else grpo_advantages(rewards_t, group_size, scale=scale)
         for t, a in zip(kept, adv.tolist()):
             t.advantage = a
     rewards = [t.reward for t in kept] or [0.0]
@@ -149,9 +151,54 @@ def verify_and_score(trajs: list[Trajectory], tasks: Sequence[Task], setup: Setu
     }
 
 
+def informative_groups(trajs: list[Trajectory], group_size: int) -> tuple[list[Trajectory], int]:
+    """DAPO dynamic sampling's filter: keep the groups whose rewards differ (the others carry no
+    signal). Returns (kept trajectories, number of groups dropped)."""
+    groups = [trajs[i:i + group_size] for i in range(0, len(trajs), group_size)]
+    keep = [g for g in groups if len({t.reward for t in g}) > 1]
+    return [t for g in keep for t in g], len(groups) - len(keep)
+
+
+def sample_and_score(cfg: RunConfig, setup: Setup, engine: Any, tok: Any, params: SamplingParams,
+                     step: int) -> tuple[list[Trajectory], dict[str, float]]:
+    """sample tasks -> roll out -> verify -> advantages; with dynamic sampling, groups without
+    signal are dropped and refilled from new tasks for up to `dynamic_sampling_max_rounds` rounds."""
+    n, k = cfg.tasks.prompts_per_step, cfg.tasks.samples_per_prompt
+    kept: list[Trajectory] = []
+    stats: dict[str, float] = {}
+    dropped = rounds = 0
+    gen_s = verify_s = 0.0
+    while True:
+        tasks = setup.sampler.next(n if not kept else n - len(kept) // k)
+        t0 = time.perf_counter()
+        trajs = setup.roll_out(engine, tok, tasks, params, cfg.seed * 100_003 + step + 7919 * rounds)
+        t1 = time.perf_counter()
+        got, st = verify_and_score(trajs, tasks, setup, k, cfg.train.scale_rewards, cfg.verify.max_infra_error_frac,
+                                   cfg.train)
+        gen_s, verify_s = gen_s + t1 - t0, verify_s + time.perf_counter() - t1
+        stats = st if not rounds else stats
+        stats.update({"time/gen_s": gen_s, "time/verify_s": verify_s})
+        if not cfg.train.dynamic_sampling:
+            return got, stats
+        got, d = informative_groups(got, k)
+        dropped += d
+        kept += got
+        rounds += 1
+        if len(kept) // k >= n or rounds > cfg.train.dynamic_sampling_max_rounds:
+            break
+    if kept:  # advantages over the final batch (batch-level estimators see all of it)
+        adv = compute_advantages(torch.tensor([t.reward for t in kept]), k, cfg.train)
+        for t, a in zip(kept, adv.tolist()):
+            t.advantage = a
+    stats.update(dynamic_dropped_groups=float(dropped), dynamic_rounds=float(rounds),
+                 dynamic_kept_groups=float(len(kept) // k))
+    return kept, stats
+
+
 def train(cfg: RunConfig, run_dir: Path, show_progress: bool = True) -> dict[str, Any]:
     """Run the whole job; returns the summary (also written to run_dir/summary.json)."""
     t_start = time.time()
+    check_train_config(cfg.train, cfg.tasks.samples_per_prompt)
     setup = build_tasks(cfg)
     seed_everything(cfg.seed)
     model, tok = load_policy(cfg.model.name, seed=cfg.seed)
@@ -190,26 +237,23 @@ def train(cfg: RunConfig, run_dir: Path, show_progress: bool = True) -> dict[str
             after_sft = None
 
         trainer = PolicyTrainer(model, tok.pad_token_id, cfg.train, cfg.model.lora, cfg.model.bf16_autocast,
-                                g.temperature)
+                                g.temperature, seed=cfg.seed)
         engine.set_model(trainer.model)  # LoRA wraps the module; generate with the adapted policy
         bar = progress.bar("RL", cfg.train.steps)
         samples_total, rl_time = 0, 0.0
         ckpt_root = run_dir / "checkpoints"
         for step in range(1, cfg.train.steps + 1):
             t0 = time.perf_counter()
-            tasks = setup.sampler.next(cfg.tasks.prompts_per_step)                       # sample tasks
-            trajs = setup.roll_out(engine, tok, tasks, train_params, cfg.seed * 100_003 + step)  # roll out
-            t_gen = time.perf_counter() - t0
-            trajs, stats = verify_and_score(trajs, tasks, setup, cfg.tasks.samples_per_prompt,
-                                            cfg.train.scale_rewards,
-                                            cfg.verify.max_infra_error_frac)             # verify, advantages
+            trajs, stats = sample_and_score(cfg, setup, engine, tok, train_params, step)  # sample, roll out,
+                                                                                            # verify, advantages
             upd = trainer.step(trajs)                                                    # update policy
             engine.load_weights(None, version=step)                                      # sync weights
             dt = time.perf_counter() - t0
             samples_total += len(trajs)
             rl_time += dt
-            log.log(step, {**{k if k.startswith("reward/") else f"train/{k}": v for k, v in stats.items()}, **{f"train/{k}": v for k, v in upd.items()},
-                           "time/gen_s": t_gen, "time/step_s": dt, "time/samples_per_s": len(trajs) / dt})
+            named = {k if k.startswith(("reward/", "time/")) else f"train/{k}": v for k, v in stats.items()}
+            log.log(step, {**named, **{f"train/{k}": v for k, v in upd.items()},
+                           "time/step_s": dt, "time/samples_per_s": len(trajs) / dt})
             bar.advance(f"reward {stats['reward']:.2f}  pass {stats['pass_rate']:.2f}  {dt:.1f}s/step")
             if cfg.eval.every_steps and step % cfg.eval.every_steps == 0 and step < cfg.train.steps:
                 run_eval(step, f"step {step}")

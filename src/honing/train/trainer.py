@@ -1,51 +1,125 @@
-"""The policy trainer: GRPO/PPO-clip updates on a batch of trajectories, full or LoRA.
+"""The policy trainer: GRPO-family updates on a batch of trajectories, full or LoRA.
 
-One `step` = one optimizer step over the whole batch, accumulated over micro-batches. The
-loss is divided by the token count of the whole batch, so accumulation equals one big batch.
+One `step` reads top to bottom:
+
+    forward-only pass (old / reference log-probs, once) -> KL in reward? -> off-policy weights
+    -> for each epoch, for each mini-batch: micro-batches (forward, loss, backward) -> optimizer step
+
+Losses are divided by the token / sequence counts of the whole mini-batch, so accumulation over
+micro-batches equals one big batch. The algorithms themselves live in losses.py / advantages.py.
 """
 
 from __future__ import annotations
 
 import copy
 import math
+import random
+import resource
 import time
 import warnings
-from typing import Sequence
+from dataclasses import dataclass
+from typing import Any, Sequence
 
+import numpy as np
 import torch
 from transformers import PreTrainedModel
 
 from honing.config import LoraConfig, TrainConfig
 from honing.engine.hf import autocast_ctx, bf16_supported
 from honing.rollout.types import Trajectory
-from honing.train.logprobs import completion_logprobs
-from honing.train.losses import kl_k3, ppo_clip_loss, token_mean
+from honing.train.advantages import compute_advantages
+from honing.train.logprobs import completion_logprobs, token_budget_batches
+from honing.train.losses import (KL_ESTIMATORS, aggregate_loss, cispo_loss, gspo_loss, ppo_clip_loss,
+                                 sequence_ratio_mask, tis_weights)
 
 
 def apply_lora(model: PreTrainedModel, lora: LoraConfig) -> PreTrainedModel:
     from peft import LoraConfig as PeftLoraConfig, get_peft_model
 
-    present = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
-    targets = [t for t in lora.target_modules if t in present]
-    if not targets:
+    linear = sorted({name.rsplit(".", 1)[-1] for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)})
+    missing = [t for t in lora.target_modules if t not in linear]
+    if missing:
         from honing.errors import ConfigError
 
-        raise ConfigError(f"model.lora.target_modules: none of {lora.target_modules} exist in the model")
-    cfg = PeftLoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=targets,
-                         task_type="CAUSAL_LM")
+        raise ConfigError(f"model.lora.target_modules: {missing} do not exist in the model; "
+                          f"its linear modules are: {linear}")
+    cfg = PeftLoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
+                         target_modules=list(lora.target_modules), task_type="CAUSAL_LM")
     return get_peft_model(model, cfg)
 
 
-def padded(rows: Sequence[Sequence[float]], width: int, device: torch.device) -> torch.Tensor:
+def padded(rows: Sequence[Sequence[float] | torch.Tensor], width: int, device: torch.device) -> torch.Tensor:
     out = torch.zeros((len(rows), width), dtype=torch.float32)
     for i, r in enumerate(rows):
-        out[i, :len(r)] = torch.tensor(list(r), dtype=torch.float32)
+        r = r if isinstance(r, torch.Tensor) else torch.tensor(list(r), dtype=torch.float32)
+        out[i, :len(r)] = r
     return out.to(device)
+
+
+def peak_memory_mb(device: torch.device) -> dict[str, float]:
+    """GPU: torch.cuda.max_memory_allocated since the step began. CPU: the process's peak RSS
+    (getrusage ru_maxrss, a high-water mark since the process started, not per step)."""
+    out = {"peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0}
+    if device.type == "cuda":
+        out["peak_gpu_mem_mb"] = torch.cuda.max_memory_allocated(device) / 2**20
+    return out
+
+
+def policy_objective(cfg: TrainConfig, logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor,
+                     mask: torch.Tensor, n_tokens: float, n_seqs: float, norm_tokens: float,
+                     weight: torch.Tensor | None = None, ref_logp: torch.Tensor | None = None,
+                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """The scalar loss of one micro-batch as `cfg` composes it (the TRL peer test calls this):
+
+    l_t = w_t * policy_loss_t(logp, old_logp, A) + kl_coef * KL_t(logp, ref_logp), aggregated over
+    the mini-batch's n_tokens / n_seqs. w_t is the TIS weight x sequence mask (None: 1); the KL
+    term only with ref_logp. Returns (loss, clipped [B, T] 0/1, KL [B, T] or None).
+    """
+    if cfg.policy_loss == "ppo_clip":
+        per_tok, clipped = ppo_clip_loss(logp, old_logp, advantages, cfg.clip_eps_low, cfg.clip_eps_high)
+    elif cfg.policy_loss == "gspo":
+        per_tok, clipped = gspo_loss(logp, old_logp, advantages, mask, cfg.gspo_clip_low, cfg.gspo_clip_high)
+    elif cfg.policy_loss == "cispo":
+        per_tok, clipped = cispo_loss(logp, old_logp, advantages, cfg.cispo_max_weight)
+    else:
+        raise ValueError(f"unknown policy loss {cfg.policy_loss!r}")
+    if weight is not None:
+        per_tok = per_tok * weight
+    kl = None
+    if ref_logp is not None:
+        kl = KL_ESTIMATORS[cfg.kl_estimator](logp, ref_logp)
+        per_tok = per_tok + cfg.kl_coef * kl
+    return aggregate_loss(per_tok, mask, cfg.loss_aggregation, n_tokens, n_seqs, norm_tokens), clipped, kl
+
+
+@dataclass
+class _Seq:
+    """One trajectory's per-token tensors for the step (all 1-D, length = its completion)."""
+
+    traj: Trajectory
+    mask: torch.Tensor
+    engine: torch.Tensor
+    old: torch.Tensor
+    ref: torch.Tensor | None = None
+    weight: torch.Tensor | None = None  # TIS weight x sequence mask (None: 1)
+
+
+def _groups_of(trajs: Sequence[Trajectory]) -> int:
+    """Group size of a batch of contiguous equal-sized groups (by Trajectory.group)."""
+    sizes, prev = [], None
+    for t in trajs:
+        if t.group != prev:
+            sizes.append(0)
+            prev = t.group
+        sizes[-1] += 1
+    if len(set(sizes)) != 1:
+        raise ValueError(f"kl_in_reward needs contiguous equal-sized groups, got sizes {sizes}")
+    return sizes[0]
 
 
 class PolicyTrainer:
     def __init__(self, model: PreTrainedModel, pad_id: int, cfg: TrainConfig, lora: LoraConfig,
-                 bf16_autocast: bool, temperature: float) -> None:
+                 bf16_autocast: bool, temperature: float, seed: int = 0) -> None:
         self.cfg = cfg
         self.pad_id = pad_id
         self.temperature = temperature
@@ -56,83 +130,232 @@ class PolicyTrainer:
         if cfg.kl_coef > 0 and not self.lora:
             self.ref = copy.deepcopy(model).eval().requires_grad_(False)
         self.model = apply_lora(model, lora) if self.lora else model
+        if cfg.gradient_checkpointing:
+            kw = {"use_reentrant": False}
+            if hasattr(self.model, "activation_checkpointing_enable"):  # transformers >= 5 renamed it
+                self.model.activation_checkpointing_enable(activation_checkpointing_kwargs=kw)
+            else:
+                self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kw)
         self.autocast = bf16_autocast and bf16_supported(self.model.device)
         params = [p for p in self.model.parameters() if p.requires_grad]
         self.opt = torch.optim.AdamW(params, lr=cfg.learning_rate, betas=cfg.betas, weight_decay=cfg.weight_decay)
         warm = cfg.warmup_steps
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lambda s: min(1.0, (s + 1) / warm) if warm else 1.0)
+        self.gen = torch.Generator().manual_seed(seed)  # mini-batch shuffling; saved in state()
         self.step_count = 0
+        self.opt_steps = 0
 
-    def _ref_logprobs(self, prompts: list, comps: list) -> torch.Tensor:
-        with torch.no_grad(), autocast_ctx(self.autocast, self.model.device):
-            if self.lora:
-                with self.model.disable_adapter():
-                    return completion_logprobs(self.model, prompts, comps, self.pad_id, self.temperature)[0]
-            assert self.ref is not None
-            return completion_logprobs(self.ref, prompts, comps, self.pad_id, self.temperature)[0]
+    # --- log-probs --------------------------------------------------------------------------------
+
+    def _micro_batches(self, seqs: Sequence[_Seq]) -> list[list[_Seq]]:
+        cfg = self.cfg
+        if cfg.micro_batch_tokens:
+            lengths = [(len(s.traj.prompt_ids), len(s.traj.completion_ids)) for s in seqs]
+            return [[seqs[i] for i in b] for b in token_budget_batches(lengths, cfg.micro_batch_tokens)]
+        return [list(seqs[i:i + cfg.micro_batch_size]) for i in range(0, len(seqs), cfg.micro_batch_size)]
+
+    def _logprobs(self, model: PreTrainedModel, micro: Sequence[_Seq]) -> torch.Tensor:
+        with autocast_ctx(self.autocast, self.model.device):
+            return completion_logprobs(model, [s.traj.prompt_ids for s in micro],
+                                       [s.traj.completion_ids for s in micro], self.pad_id, self.temperature,
+                                       self.cfg.logprob_chunk_tokens)[0]
+
+    @torch.no_grad()
+    def _forward_only(self, seqs: Sequence[_Seq], old: bool, ref: bool) -> None:
+        """Old log-probs (trainer, before any update) and reference log-probs, once per step."""
+        was_training = self.model.training
+        self.model.eval()  # no dropout in the numbers the update is measured against
+        try:
+            for micro in self._micro_batches(seqs):
+                lens = [len(s.traj.completion_ids) for s in micro]
+                if old:
+                    lp = self._logprobs(self.model, micro).float().cpu()
+                    for s, row, n in zip(micro, lp, lens):
+                        s.old = row[:n].clone()
+                if ref:
+                    if self.lora:
+                        with self.model.disable_adapter():
+                            lp = self._logprobs(self.model, micro).float().cpu()
+                    else:
+                        assert self.ref is not None
+                        lp = self._logprobs(self.ref, micro).float().cpu()
+                    for s, row, n in zip(micro, lp, lens):
+                        s.ref = row[:n].clone()
+        finally:
+            self.model.train(was_training)
+
+    # --- the step ----------------------------------------------------------------------------------
 
     def step(self, trajs: Sequence[Trajectory]) -> dict[str, float]:
-        """One optimizer step on `trajs` (advantages already set). Returns metrics."""
+        """One RL step on `trajs` (advantages already set, contiguous groups): ppo_epochs x
+        mini_batches optimizer steps. Returns metrics."""
         t0 = time.perf_counter()
         cfg = self.cfg
-        total_tokens = float(sum(sum(t.loss_mask) for t in trajs))
-        # With no KL term a zero-advantage sequence has zero gradient: skip its compute
-        # (it still counts in the token-mean denominator, so the update is unchanged).
-        active = [t for t in trajs if t.advantage != 0.0 or cfg.kl_coef > 0]
+        dev = self.model.device
+        if dev.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(dev)
+        seqs = []
+        for t in trajs:  # old log-probs start as the engine's; replaced below when recomputed
+            engine_lp = torch.tensor(t.logprobs, dtype=torch.float32)
+            seqs.append(_Seq(t, torch.tensor(t.loss_mask, dtype=torch.float32), engine_lp, engine_lp))
+        # Old log-probs from the trainer when the batch is reused or the engine's numbers are to be
+        # corrected (TIS / sequence masking); else the engine's sampling log-probs are the old ones.
+        off_policy = cfg.tis_cap is not None or cfg.seq_mask_low is not None or cfg.seq_mask_high is not None
+        recompute = cfg.recompute_old_logprobs or cfg.ppo_epochs * cfg.mini_batches > 1 or off_policy
+        kl_loss = cfg.kl_coef > 0 and not cfg.kl_in_reward
+        # Only sequences that can carry a gradient need them (all, when the KL changes the advantages).
+        needed = seqs if cfg.kl_in_reward else [s for s in seqs if self._active(s, kl_loss)]
+        if needed and (recompute or cfg.kl_coef > 0):                                  # old / reference
+            self._forward_only(needed, old=recompute, ref=cfg.kl_coef > 0)
+        m: dict[str, float] = {}
+        if cfg.kl_in_reward and trajs:                                                 # KL folded into reward
+            m.update(self._kl_into_advantages(seqs))
+        m.update(self._off_policy_weights(needed, recompute))                         # TIS, sequence mask
+        # With no KL loss term a zero-advantage sequence has zero gradient: skip its compute
+        # (it still counts in the aggregation denominators, so the update is unchanged).
+        norm_tokens = float(cfg.loss_norm_tokens or max((len(t.completion_ids) for t in trajs), default=1))
+        sums = {"loss": 0.0, "clip_frac": 0.0, "kl": 0.0, "tokens_seen": 0.0, "grad_norm": 0.0,
+                "mismatch_abs": 0.0, "mismatch_max": 0.0, "mismatch_tokens": 0.0}
+        n_updates = 0
         self.model.train()
-        sums = {"loss": 0.0, "clip_frac": 0.0, "kl": 0.0, "mismatch_abs": 0.0, "mismatch_max_ratio": 1.0}
-        tokens_seen = 0.0
-        for i in range(0, len(active), cfg.micro_batch_size):
-            micro = active[i:i + cfg.micro_batch_size]
-            prompts = [t.prompt_ids for t in micro]
-            comps = [t.completion_ids for t in micro]
-            with autocast_ctx(self.autocast, self.model.device):
-                logp, cmask = completion_logprobs(self.model, prompts, comps, self.pad_id, self.temperature)
-            width = cmask.shape[1]
-            cmask = cmask * padded([t.loss_mask for t in micro], width, cmask.device)
-            old = padded([t.logprobs for t in micro], width, cmask.device)
-            adv = torch.tensor([t.advantage for t in micro], dtype=torch.float32, device=cmask.device)
-            per_tok, clipped = ppo_clip_loss(logp, old, adv, cfg.clip_eps_low, cfg.clip_eps_high)
-            if cfg.kl_coef > 0:
-                kl = kl_k3(logp, self._ref_logprobs(prompts, comps))
-                per_tok = per_tok + cfg.kl_coef * kl
-                sums["kl"] += float((kl.detach() * cmask).sum())
-            loss = token_mean(per_tok, cmask, total_tokens)
-            loss.backward()
-            n_tok = float(cmask.sum())
-            tokens_seen += n_tok
-            diff = (logp.detach() - old) * cmask
-            sums["loss"] += float(loss.detach())
-            sums["clip_frac"] += float((clipped * cmask).sum())
-            sums["mismatch_abs"] += float(diff.abs().sum())
-            if n_tok:
-                sums["mismatch_max_ratio"] = max(sums["mismatch_max_ratio"], float(torch.exp(diff.abs()).max()))
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)) if active else 0.0
-        lr = self.sched.get_last_lr()[0]
-        if active:
-            self.opt.step()
+        for epoch in range(cfg.ppo_epochs):                                            # epochs x mini-batches
+            order = torch.randperm(len(seqs), generator=self.gen).tolist() if cfg.mini_batches > 1 else range(len(seqs))
+            shuffled = [seqs[i] for i in order]
+            size = math.ceil(len(seqs) / cfg.mini_batches) if seqs else 1
+            for mb in range(0, max(len(shuffled), 1), size):
+                mini = shuffled[mb:mb + size]
+                first_pass = epoch == 0 and mb == 0 and not recompute
+                gn = self._update(mini, kl_loss, norm_tokens, sums, first_pass)
+                if gn is not None:
+                    sums["grad_norm"] += gn
+                    n_updates += 1
         with warnings.catch_warnings():  # an all-zero-advantage batch skips opt.step(); the schedule still advances
             warnings.simplefilter("ignore", UserWarning)
+            lr = self.sched.get_last_lr()[0]
             self.sched.step()
-        self.opt.zero_grad(set_to_none=True)
         self.step_count += 1
-        denom = max(tokens_seen, 1.0)
+        if recompute:  # the trainer's own pre-update numbers against the engine's
+            for s in needed:
+                d = ((s.old - s.engine) * s.mask).abs()
+                sums["mismatch_abs"] += float(d.sum())
+                sums["mismatch_max"] = max(sums["mismatch_max"], float(d.max()) if d.numel() else 0.0)
+                sums["mismatch_tokens"] += float(s.mask.sum())
+        total_tokens = float(sum(float(s.mask.sum()) for s in seqs))
+        denom = max(sums["tokens_seen"], 1.0)
+        n_active = sum(1 for s in seqs if self._active(s, kl_loss))
         return {
-            "loss": sums["loss"],
-            "grad_norm": grad_norm if math.isfinite(grad_norm) else float("nan"),
+            **m,
+            "loss": sums["loss"] / max(n_updates, 1),
+            "grad_norm": sums["grad_norm"] / n_updates if n_updates else 0.0,
             "lr": lr,
             "clip_frac": sums["clip_frac"] / denom,
             "kl": sums["kl"] / denom,
-            "logprob_mismatch": sums["mismatch_abs"] / denom,
-            "mismatch_max_ratio": sums["mismatch_max_ratio"],
-            "active_seqs": float(len(active)),
+            "logprob_mismatch": sums["mismatch_abs"] / max(sums["mismatch_tokens"], 1.0),
+            "mismatch_max_ratio": math.exp(sums["mismatch_max"]),
+            "active_seqs": float(n_active),
+            "optimizer_steps": float(n_updates),
             "tokens": total_tokens,
             "update_s": time.perf_counter() - t0,
+            **peak_memory_mb(dev),
         }
 
-    def state(self) -> dict:
-        return {"optimizer": self.opt.state_dict(), "scheduler": self.sched.state_dict(), "step": self.step_count}
+    def _active(self, s: _Seq, kl_loss: bool) -> bool:
+        return (s.traj.advantage != 0.0 or kl_loss) and bool(s.mask.any())
+
+    def _kl_into_advantages(self, seqs: Sequence[_Seq]) -> dict[str, float]:
+        """r_i <- r_i - kl_coef * sum_t KL_t (old policy vs reference), then advantages again."""
+        est = KL_ESTIMATORS[self.cfg.kl_estimator]
+        kls = [float((est(s.old, s.ref) * s.mask).sum()) for s in seqs]
+        rewards = torch.tensor([s.traj.reward - self.cfg.kl_coef * k for s, k in zip(seqs, kls)])
+        adv = compute_advantages(rewards, _groups_of([s.traj for s in seqs]), self.cfg)
+        for s, a in zip(seqs, adv.tolist()):
+            s.traj.advantage = a
+        return {"kl_in_reward": sum(kls) / max(sum(float(s.mask.sum()) for s in seqs), 1.0)}
+
+    def _off_policy_weights(self, seqs: Sequence[_Seq], recomputed: bool) -> dict[str, float]:
+        cfg = self.cfg
+        if not recomputed or not seqs or (cfg.tis_cap is None and cfg.seq_mask_low is None and cfg.seq_mask_high is None):
+            return {"tis_clip_frac": 0.0, "seq_masked_frac": 0.0}
+        clipped = tokens = masked = 0.0
+        for s in seqs:
+            w = torch.ones_like(s.old)
+            if cfg.tis_cap is not None:
+                w = tis_weights(s.old, s.engine, cfg.tis_cap)
+                clipped += float(((torch.exp(s.old - s.engine) > cfg.tis_cap).float() * s.mask).sum())
+            if cfg.seq_mask_low is not None or cfg.seq_mask_high is not None:
+                keep, _ = sequence_ratio_mask(s.old[None], s.engine[None], s.mask[None], cfg.seq_mask_low,
+                                              cfg.seq_mask_high)
+                w = w * keep[0]
+                masked += float(keep[0, 0] == 0)
+            s.weight = w
+            tokens += float(s.mask.sum())
+        return {"tis_clip_frac": clipped / max(tokens, 1.0), "seq_masked_frac": masked / len(seqs)}
+
+    def _update(self, mini: Sequence[_Seq], kl_loss: bool, norm_tokens: float, sums: dict[str, float],
+                first_pass: bool) -> float | None:
+        """Accumulate the mini-batch's gradient over micro-batches and take one optimizer step.
+        Returns the gradient norm, or None when nothing in the mini-batch carries a gradient."""
+        cfg = self.cfg
+        n_tokens = float(sum(float(s.mask.sum()) for s in mini))
+        n_seqs = float(sum(1 for s in mini if s.mask.any()))
+        active = [s for s in mini if self._active(s, kl_loss)]
+        if not active:
+            return None
+        dev = self.model.device
+        for micro in self._micro_batches(active):
+            logp = self._logprobs(self.model, micro).float()
+            width = logp.shape[1]
+            mask = padded([s.mask for s in micro], width, dev)
+            old = padded([s.old for s in micro], width, dev)
+            adv = torch.tensor([s.traj.advantage for s in micro], dtype=torch.float32, device=dev)
+            w = None
+            if any(s.weight is not None for s in micro):
+                w = padded([s.weight if s.weight is not None else torch.ones_like(s.mask) for s in micro], width, dev)
+            ref = padded([s.ref for s in micro], width, dev) if kl_loss else None
+            loss, clipped, kl = policy_objective(cfg, logp, old, adv, mask, n_tokens, n_seqs, norm_tokens, w, ref)
+            loss.backward()
+            if kl is not None:
+                sums["kl"] += float((kl.detach() * mask).sum())
+            sums["loss"] += float(loss.detach())
+            sums["clip_frac"] += float((clipped * mask).sum())
+            sums["tokens_seen"] += float(mask.sum())
+            if first_pass:  # current weights == sampling weights: the engine/trainer mismatch
+                d = ((logp.detach() - old) * mask).abs()
+                sums["mismatch_abs"] += float(d.sum())
+                sums["mismatch_max"] = max(sums["mismatch_max"], float(d.max()))
+                sums["mismatch_tokens"] += float(mask.sum())
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm))
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        self.opt_steps += 1
+        return grad_norm if math.isfinite(grad_norm) else float("nan")
+
+    # --- checkpoints -------------------------------------------------------------------------------
+
+    def state(self) -> dict[str, Any]:
+        """Optimizer, LR schedule, RNG states and counters: with the weights, an exact resume."""
+        rng = {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state(),
+               "trainer": self.gen.get_state()}
+        if torch.cuda.is_available():
+            rng["cuda"] = torch.cuda.get_rng_state_all()
+        return {"optimizer": self.opt.state_dict(), "scheduler": self.sched.state_dict(), "step": self.step_count,
+                "optimizer_steps": self.opt_steps, "rng_states": rng}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        """Restore what `state()` returned (the model's weights are loaded separately)."""
+        self.opt.load_state_dict(state["optimizer"])
+        self.sched.load_state_dict(state["scheduler"])
+        self.step_count = int(state["step"])
+        self.opt_steps = int(state.get("optimizer_steps", 0))
+        rng = state.get("rng_states")
+        if rng:
+            torch.set_rng_state(rng["torch"])
+            random.setstate(rng["python"])
+            np.random.set_state(rng["numpy"])
+            self.gen.set_state(rng["trainer"])
+            if "cuda" in rng and torch.cuda.is_available():
+                torch.cuda.set_rng_state_all(rng["cuda"])
 
     def export_model(self) -> PreTrainedModel:
         """A plain transformers model with the current weights (LoRA merged into a copy)."""
