@@ -301,6 +301,75 @@ def sandbox_bench(jobs: int = typer.Option(200, "--jobs"), pool: int = typer.Opt
     runpy.run_path(str(script), run_name="__main__")
 
 
+eval_app = typer.Typer(help="Evaluate a model on a suite; compare evaluations; check contamination.")
+app.add_typer(eval_app, name="eval")
+
+
+@eval_app.callback(invoke_without_command=True)
+def eval_main(
+    ctx: typer.Context,
+    model: Optional[str] = typer.Option(None, "--model", help="Model spec, run dir (runs/X or runs/X@step-N), or openai:<model>@<url>"),
+    suite: str = typer.Option("quick", "--suite", help="Built-in suite name (configs/suites/) or a suite YAML path"),
+    out: Optional[Path] = typer.Option(None, "--out", help="Write the evaluation JSON here"),
+    samples: Optional[int] = typer.Option(None, "--samples", min=1, help="Samples per task (default: the suite's)"),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Sampling seed (default: the suite's)"),
+    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="At most this many tasks per source"),
+    compare: Optional[tuple[str, str]] = typer.Option(None, "--compare", help="Compare two evaluation JSONs: --compare A.json B.json"),
+    no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar"),
+) -> None:
+    """Evaluate a model on a suite's held-out tasks: pass@1, pass@k, maj@k per domain with 95% CIs."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from honing.eval.cli import compare_main, eval_cmd
+
+    if compare and compare[0]:
+        raise typer.Exit(compare_main(Path(compare[0]), Path(compare[1])))
+    if model is None:
+        raise HoningError("honing eval needs --model SPEC (or a subcommand: compare, contamination)")
+    raise typer.Exit(eval_cmd(model, suite, out, samples, seed, limit,
+                              not no_progress and (sys.stderr.isatty() or _force_progress())))
+
+
+@eval_app.command("compare")
+def eval_compare(
+    a: Path = typer.Argument(..., help="Baseline evaluation JSON"),
+    b: Path = typer.Argument(..., help="Candidate evaluation JSON"),
+    level: float = typer.Option(0.95, "--level", help="Confidence level of the paired bootstrap"),
+) -> None:
+    """Per-domain deltas B - A with paired bootstrap CIs over shared tasks; flags significant regressions."""
+    from honing.eval.cli import compare_main
+
+    raise typer.Exit(compare_main(a, b, level))
+
+
+@eval_app.command("contamination")
+def eval_contamination(
+    train_src: list[str] = typer.Option(..., "--train", help="Training source (repeatable): gym:<ds>, jsonl:<path>, ..."),
+    suite: str = typer.Option("quick", "--suite", "--eval", help="Evaluation suite name or YAML path"),
+    params: Optional[str] = typer.Option(None, "--params", help="Training source parameters as JSON"),
+    n: int = typer.Option(2000, "--n", min=1, help="Training tasks scanned per source"),
+    ngram: int = typer.Option(13, "--ngram", min=1, help="n-gram length (words)"),
+    threshold: float = typer.Option(0.8, "--threshold", help="MinHash Jaccard threshold for near-duplicates"),
+    as_json: Optional[Path] = typer.Option(None, "--out", help="Write the report as JSON here"),
+) -> None:
+    """n-gram and near-duplicate (MinHash LSH) overlap between training sources and a suite's tasks."""
+    from honing.eval.cli import contamination_main
+
+    raise typer.Exit(contamination_main(train_src, suite, params, n, ngram, threshold, as_json))
+
+
+@app.command("report")
+def report_cmd(
+    target: Path = typer.Argument(..., help="A run directory or an evaluation JSON"),
+    out: Optional[Path] = typer.Option(None, "--out", help="HTML file (default: <run>/report.html or <eval>.html)"),
+    evals: Optional[list[Path]] = typer.Option(None, "--eval", help="Extra evaluation JSONs to include (repeatable)"),
+) -> None:
+    """Write a self-contained report.html: curves, per-domain tables, pass@k, trajectory browser."""
+    from honing.eval.report import write_report
+
+    typer.echo(str(write_report(target, out, evals or [])))
+
+
 def main() -> None:
     try:
         app()

@@ -1,0 +1,101 @@
+"""The bodies of `honing eval ...` (kept here so honing/cli.py stays a thin list of commands)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+from rich.console import Console as _RichConsole
+
+from honing.errors import HoningError
+
+
+def Console() -> _RichConsole:
+    """Wide enough for the tables when stdout is a file or pipe (rich would assume 80 columns)."""
+    import sys
+
+    return _RichConsole() if sys.stdout.isatty() else _RichConsole(width=160)
+
+
+def _default_out(model: str, suite: str) -> Optional[Path]:
+    """A run directory keeps its evaluations next to it: runs/<name>/eval/<suite>[-step-N].json."""
+    from honing.eval.runner import is_run_dir
+
+    base, sep, step = model.rpartition("@")
+    run = Path(base if sep and step.startswith("step-") else model)
+    if run.is_dir() and is_run_dir(run):
+        return run / "eval" / f"{Path(suite).stem}{'-' + step if sep and step.startswith('step-') else ''}.json"
+    return None
+
+
+def eval_cmd(model: str, suite_name: str, out: Optional[Path], samples: Optional[int], seed: Optional[int],
+             limit: Optional[int], show_progress: bool) -> int:
+    from honing.eval.runner import evaluate_suite, result_table, save_result
+    from honing.eval.suite import load_suite
+    from honing.schedule.progress import Progress
+
+    suite = load_suite(suite_name)
+    out = out or _default_out(model, suite_name)
+    console = Console()
+    with Progress(enabled=show_progress) as prog:
+        bar: list = []
+
+        def on_progress(done: int, total: int) -> None:
+            if not bar:
+                bar.append(prog.bar(f"eval {suite.name}", total))
+                bar.append(0)
+            while bar[1] < done:
+                bar[0].advance()
+                bar[1] += 1
+
+        result = evaluate_suite(model, suite, samples, seed, limit, on_progress)
+    console.print(result_table(result))
+    t = result["meta"]["time"]
+    console.print(f"time: {t['wall_s']:.0f} s (generate {t['generate_s']:.0f} s, grade {t['grade_s']:.0f} s)")
+    if out is not None:
+        save_result(result, out)
+        console.print(f"wrote {out}")
+    inc = result["meta"].get("incomplete")
+    if inc:
+        where = f"; partial results in {out}" if out else " (no --out given: partial results not saved)"
+        raise HoningError(f"evaluation stopped after {inc['tasks_done']}/{inc['tasks_total']} tasks: "
+                          f"{inc['error']}{where}")
+    return 0
+
+
+def compare_main(a: Path, b: Path, level: float = 0.95) -> int:
+    from honing.eval.compare import compare, compare_table
+    from honing.eval.runner import load_result
+
+    cmp = compare(load_result(a), load_result(b), level)
+    console = Console()
+    console.print(compare_table(cmp, str(a), str(b)))
+    for w in cmp["warnings"]:
+        console.print(f"[yellow]note:[/yellow] {w}")
+    if cmp["regressions"]:
+        console.print("[bold red]significant regressions:[/bold red] "
+                      + ", ".join(f"{d} ({m})" for d, m in cmp["regressions"]))
+        return 1
+    return 0
+
+
+def contamination_main(train: list[str], suite_name: str, params: Optional[str], n: int, ngram: int,
+                       threshold: float, out: Optional[Path]) -> int:
+    from honing.eval.contamination import check_contamination, report_table
+    from honing.eval.suite import load_suite, suite_tasks
+    from honing.tasks import make_source
+
+    try:
+        parsed = json.loads(params) if params else {}
+    except json.JSONDecodeError as e:
+        raise HoningError(f"--params is not valid JSON: {e.msg}") from None
+    sources = [make_source(name, parsed) for name in train]
+    suite = load_suite(suite_name)
+    report = check_contamination(sources, suite_tasks(suite).tasks, threshold, n_train=n, ngram=ngram)
+    console = Console()
+    console.print(report_table(report))
+    if out is not None:
+        out.write_text(json.dumps(report, indent=1))
+        console.print(f"wrote {out}")
+    return 0

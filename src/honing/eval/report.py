@@ -1,0 +1,393 @@
+"""`honing report`: one self-contained report.html for a run directory or an evaluation JSON.
+
+Sections (each only when its data exists): reward and held-out pass@1 over steps, per-domain
+reward over steps, layer-by-layer reward (`reward/<domain>/<layer>` in metrics.jsonl),
+throughput and time split, per-domain evaluation tables with CIs, a comparison of the first
+and last evaluation, pass@k curves (every evaluation, so before/after overlay), and a
+trajectory browser over the evaluations' per-sample records.
+
+Plots are inline SVG (matplotlib, Agg); data for the browser is inline JSON; nothing is
+fetched when the file is opened. Evaluations of a run are read from `<run>/eval/*.json`
+(where `honing eval --model runs/<name>` writes them) plus any given with `--eval`.
+"""
+
+from __future__ import annotations
+
+import html
+import io
+import json
+import math
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+from honing.errors import HoningError
+from honing.eval.report_page import PAGE
+
+MAX_SAMPLES = 4000  # trajectories embedded in the browser (the page stays light)
+MAX_TEXT = 6000
+
+
+# --- inputs ---------------------------------------------------------------------------------------
+def read_metrics(path: Path) -> list[dict]:
+    rows = []
+    if not path.is_file():
+        return rows
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue  # a line cut by a crash: the rest is still worth showing
+    return rows
+
+
+def _series(rows: Sequence[dict], key: str) -> tuple[list[float], list[float]]:
+    xs, ys = [], []
+    for r in rows:
+        v = r.get(key)
+        if isinstance(v, (int, float)) and not (isinstance(v, float) and math.isnan(v)):
+            xs.append(r.get("step", len(xs)))
+            ys.append(float(v))
+    return xs, ys
+
+
+# --- plots ----------------------------------------------------------------------------------------
+def _svg(fig: Any) -> str:
+    import matplotlib.pyplot as plt
+
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", bbox_inches="tight")
+    plt.close(fig)
+    text = buf.getvalue()
+    return text[text.index("<svg"):]
+
+
+def _fig(n: int = 1, width: float = 7.5, height: float = 3.2) -> tuple[Any, Any]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plt.rcParams["svg.fonttype"] = "none"  # text stays text (smaller, searchable)
+    fig, axes = plt.subplots(1, n, figsize=(width * (1 if n == 1 else 0.55 * n), height), squeeze=False)
+    return fig, axes[0]
+
+
+def plot_training(rows: Sequence[dict]) -> Optional[str]:
+    """Mean training reward and held-out pass@1 (overall and per domain when logged) over steps."""
+    xs, ys = _series(rows, "train/reward")
+    hx, hy = _series(rows, "heldout/pass@1")
+    if not xs and not hx:
+        return None
+    fig, (ax,) = _fig()
+    if xs:
+        ax.plot(xs, ys, color="#999", lw=1, label="train reward")
+        w = max(1, len(ys) // 20)
+        if w > 1:
+            sm = [sum(ys[max(0, i - w + 1):i + 1]) / len(ys[max(0, i - w + 1):i + 1]) for i in range(len(ys))]
+            ax.plot(xs, sm, color="#1f77b4", lw=2, label=f"train reward ({w}-step mean)")
+    if hx:
+        ax.plot(hx, hy, "o-", color="#d62728", lw=2, label="held-out pass@1")
+    doms = sorted({k.split("/")[1] for r in rows for k in r if k.startswith("heldout/") and k.endswith("/pass@1")
+                   and k.count("/") == 2})
+    for d in doms:
+        dx, dy = _series(rows, f"heldout/{d}/pass@1")
+        ax.plot(dx, dy, "o--", lw=1, label=f"held-out {d}")
+    ax.set_xlabel("step")
+    ax.set_ylim(-0.02, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="best")
+    ax.set_title("reward and held-out pass@1")
+    return _svg(fig)
+
+
+def _layers(rows: Sequence[dict]) -> dict[str, list[str]]:
+    by: dict[str, set[str]] = defaultdict(set)
+    for r in rows:
+        for k in r:
+            parts = k.split("/")
+            if len(parts) >= 3 and parts[0] == "reward":
+                by["/".join(parts[1:-1])].add(parts[-1])
+    return {d: sorted(ls, key=lambda x: (x != "total", x)) for d, ls in sorted(by.items())}
+
+
+def plot_layers(rows: Sequence[dict]) -> Optional[str]:
+    """One panel per domain: each reward layer's mean over steps (and the total)."""
+    layers = _layers(rows)
+    if not layers:
+        return None
+    n = len(layers)
+    cols = min(n, 3)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots((n + cols - 1) // cols, cols, figsize=(4.2 * cols, 2.8 * ((n + cols - 1) // cols)),
+                             squeeze=False)
+    for ax in axes.flat[n:]:
+        ax.axis("off")
+    for ax, (dom, names) in zip(axes.flat, layers.items()):
+        for name in names:
+            x, y = _series(rows, f"reward/{dom}/{name}")
+            ax.plot(x, y, lw=2.2 if name == "total" else 1.2, label=name)
+        ax.set_title(dom, fontsize=9)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle("reward by layer")
+    return _svg(fig)
+
+
+def plot_time(rows: Sequence[dict]) -> Optional[str]:
+    """Seconds per step split into generation, policy update and the rest; samples/s."""
+    sx, step = _series(rows, "time/step_s")
+    if not sx:
+        return None
+    by_step = {r.get("step"): r for r in rows if "time/step_s" in r}
+    gen = [float(by_step[s].get("time/gen_s", 0.0)) for s in sx]
+    upd = [float(by_step[s].get("train/update_s", 0.0)) for s in sx]
+    rest = [max(0.0, t - g - u) for t, g, u in zip(step, gen, upd)]
+    fig, (a1, a2) = _fig(2)
+    a1.stackplot(sx, gen, upd, rest, labels=["generate", "update", "verify + other"], alpha=0.8)
+    a1.set_xlabel("step")
+    a1.set_ylabel("seconds")
+    a1.legend(fontsize=8, loc="upper left")
+    a1.set_title("time per step")
+    tx, tp = _series(rows, "time/samples_per_s")
+    a2.plot(tx, tp, color="#2ca02c")
+    a2.set_xlabel("step")
+    a2.set_title("samples / s")
+    for a in (a1, a2):
+        a.grid(alpha=0.3)
+    return _svg(fig)
+
+
+def plot_passk(evals: Sequence[tuple[str, dict]]) -> Optional[str]:
+    """pass@k against k (log2 axis) per domain; each evaluation its own line style."""
+    doms = sorted({d for _, e in evals for d, m in e["domains"].items() if m.get("pass@k_curve")})
+    if not doms:
+        return None
+    fig, (ax,) = _fig(1, 7.5, 3.6)
+    styles = ["-", "--", ":", "-."]
+    import matplotlib.pyplot as plt
+
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for j, (name, e) in enumerate(evals):
+        for i, d in enumerate(doms):
+            curve = e["domains"].get(d, {}).get("pass@k_curve")
+            if not curve:
+                continue
+            ks = sorted(int(k) for k in curve)
+            ax.plot(ks, [curve[str(k)] for k in ks], styles[j % len(styles)], marker="o", ms=3,
+                    color=colors[i % len(colors)], label=f"{d} ({name})" if len(evals) > 1 else d)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("k")
+    ax.set_ylabel("pass@k")
+    ax.set_ylim(-0.02, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    ax.set_title("pass@k curves")
+    return _svg(fig)
+
+
+# --- tables ---------------------------------------------------------------------------------------
+def _cell(v: Any, ci: Any = None) -> str:
+    if v is None:
+        return "–"
+    s = f"{v:.3f}"
+    if ci:
+        s += f" <span class=ci>[{ci[0]:.2f}, {ci[1]:.2f}]</span>"
+    return s
+
+
+def eval_table(e: dict) -> str:
+    k = int(e.get("meta", {}).get("samples_per_task", 1))
+    head = ["domain", "tasks", "pass@1", f"pass@{k}", f"maj@{k}", "mean reward", "infra errors"]
+    rows = sorted(e["domains"].items())
+    if len(rows) > 1 and e.get("overall"):
+        rows.append(("all", e["overall"]))
+    body = []
+    for d, m in rows:
+        ci = m.get("ci", {})
+        body.append("<tr>" + "".join(f"<td>{c}</td>" for c in (
+            html.escape(d), m.get("n_tasks", ""), _cell(m.get("pass@1"), ci.get("pass@1")),
+            _cell(m.get(f"pass@{k}"), ci.get(f"pass@{k}")), _cell(m.get(f"maj@{k}"), ci.get(f"maj@{k}")),
+            _cell(m.get("mean_reward")), m.get("infra_errors", 0))) + "</tr>")
+    return ("<table class=metrics><thead><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr></thead><tbody>"
+            + "".join(body) + "</tbody></table>")
+
+
+def difficulty_table(e: dict) -> str:
+    """pass@1 per difficulty level of each domain that has more than one level."""
+    rows = []
+    for d, levels in sorted((e.get("difficulty") or {}).items()):
+        for lv, m in levels.items():
+            rows.append(f"<tr><td>{html.escape(d)}</td><td>{html.escape(lv)}</td><td>{m.get('n_tasks', '')}</td>"
+                        f"<td>{_cell(m.get('pass@1'), (m.get('ci') or {}).get('pass@1'))}</td></tr>")
+    if not rows:
+        return ""
+    return ("<table class=metrics><thead><tr><th>domain</th><th>difficulty</th><th>tasks</th><th>pass@1</th>"
+            "</tr></thead><tbody>" + "".join(rows) + "</tbody></table>")
+
+
+def compare_html(a: tuple[str, dict], b: tuple[str, dict]) -> str:
+    from honing.eval.compare import compare
+
+    c = compare(a[1], b[1])
+    k = c["k"]
+    metrics = ["pass@1"] + ([f"pass@{k}", f"maj@{k}"] if k > 1 else [])
+    rows = []
+    for d, row in c["domains"].items():
+        cells = []
+        flag = ""
+        for m in metrics:
+            x = row.get(m)
+            if not x:
+                cells.append("<td>–</td>")
+                continue
+            cls = "bad" if x["significant"] and x["hi"] < 0 else ("good" if x["significant"] else "")
+            if cls == "bad" and d != "all":
+                flag = "REGRESSION"
+            cells.append(f"<td class='{cls}'>{x['a']:.3f} → {x['b']:.3f} ({x['delta']:+.3f} "
+                         f"<span class=ci>[{x['lo']:+.2f}, {x['hi']:+.2f}]</span>)</td>")
+        rows.append(f"<tr><td>{html.escape(d)}</td><td>{row['n_tasks']}</td>{''.join(cells)}"
+                    f"<td class=bad>{flag}</td></tr>")
+    notes = "".join(f"<p class=note>{html.escape(w)}</p>" for w in c["warnings"])
+    return (f"<p>{html.escape(b[0])} vs {html.escape(a[0])}: delta with 95% paired bootstrap CI over "
+            f"{c['shared_tasks']} shared tasks.</p>{notes}<table class=metrics><thead><tr><th>domain</th><th>tasks</th>"
+            + "".join(f"<th>{m}</th>" for m in metrics) + "<th></th></tr></thead><tbody>" + "".join(rows)
+            + "</tbody></table>")
+
+
+# --- trajectories ---------------------------------------------------------------------------------
+def _cap(s: Any) -> Any:
+    return s[:MAX_TEXT] + "\n…[truncated]" if isinstance(s, str) and len(s) > MAX_TEXT else s
+
+
+def trajectories(evals: Sequence[tuple[str, dict]], summary: Optional[dict] = None) -> list[dict]:
+    """Per-sample records of every evaluation, with their task's prompt, for the browser."""
+    out: list[dict] = []
+    for name, e in evals:
+        prompts = {t["id"]: t.get("prompt") or [{"role": "user", "content": t.get("question", "")}]
+                   for t in e["tasks"]}
+        for s in e.get("samples", []):
+            if len(out) >= MAX_SAMPLES:
+                return out
+            rec = {k: _cap(v) for k, v in s.items() if k != "turns"}
+            rec["eval"] = name
+            rec["prompt"] = [{"role": m.get("role", "user"), "content": _cap(m.get("content", ""))}
+                             for m in prompts.get(s["task_id"], [])]
+            if s.get("turns"):
+                rec["turns"] = [{k: _cap(v) for k, v in t.items()} for t in s["turns"]]
+            out.append(rec)
+    if not out and summary:
+        for i, ex in enumerate(summary.get("examples_after") or []):
+            out.append({"eval": "training summary", "task_id": f"example-{i}", "domain": "-", "sample": 0,
+                        "passed": False, "score": 0.0, "status": "ok", "text": _cap(ex.get("completion", "")),
+                        "details": "", "prompt": [{"role": "user", "content": _cap(ex.get("task", ""))}]})
+    return out
+
+
+# --- the page -------------------------------------------------------------------------------------
+def _section(title: str, body: Optional[str], sid: str) -> str:
+    if not body:
+        return ""
+    return f"<section id='{sid}'><h2>{html.escape(title)}</h2>{body}</section>"
+
+
+def _figure(svg: Optional[str], cls: str) -> Optional[str]:
+    return f"<div class='plot {cls}'>{svg}</div>" if svg else None
+
+
+def build_html(title: str, rows: Sequence[dict], evals: Sequence[tuple[str, dict]], summary: Optional[dict],
+               config_text: str = "") -> str:
+    parts = [f"<h1>{html.escape(title)}</h1>"]
+    facts = []
+    if summary:
+        b, a = summary.get("heldout_before") or {}, summary.get("heldout_after") or {}
+        if "pass@1" in b and "pass@1" in a:
+            facts.append(f"held-out pass@1 {b['pass@1']:.3f} → {a['pass@1']:.3f}")
+        for k, label in (("steps", "steps"), ("wall_s", "wall s"), ("samples_per_s", "samples/s")):
+            if isinstance(summary.get(k), (int, float)):
+                facts.append(f"{label} {summary[k]:.4g}")
+    for name, e in evals:
+        m = e.get("meta", {})
+        facts.append(f"eval {html.escape(name)}: {html.escape(str(m.get('model')))} on "
+                     f"{html.escape(str(m.get('suite')))}@v{m.get('suite_version')}, {m.get('n_tasks')} tasks × "
+                     f"{m.get('samples_per_task')} samples" + (" (INCOMPLETE)" if m.get("incomplete") else ""))
+    if facts:
+        parts.append("<ul class=facts>" + "".join(f"<li>{f}</li>" for f in facts) + "</ul>")
+    parts.append(_section("Training", _figure(plot_training(rows), "training"), "training"))
+    parts.append(_section("Reward by layer", _figure(plot_layers(rows), "layers"), "layers"))
+    parts.append(_section("Throughput and time split", _figure(plot_time(rows), "time"), "time"))
+    tables = "".join(f"<h3>{html.escape(n)}</h3>{eval_table(e)}{difficulty_table(e)}" for n, e in evals)
+    parts.append(_section("Per-domain evaluation (95% bootstrap CIs)", tables, "domains"))
+    if len(evals) >= 2:
+        parts.append(_section("Regression check (first vs last evaluation)", compare_html(evals[0], evals[-1]),
+                              "compare"))
+    parts.append(_section("pass@k", _figure(plot_passk(evals), "passk"), "passk"))
+    trajs = trajectories(evals, summary)
+    if trajs:
+        parts.append("<section id='browser'><h2>Trajectories</h2><div class=filters>"
+                     "<label>domain <select id=f-domain><option value=''>all</option></select></label>"
+                     "<label>result <select id=f-result><option value=''>all</option><option value='pass'>passed"
+                     "</option><option value='fail'>failed</option></select></label>"
+                     "<label>status <select id=f-status><option value=''>all</option></select></label>"
+                     "<label>min reward <input id=f-reward type=number min=0 max=1 step=0.1 value=0></label>"
+                     "<span id=f-count></span></div><div class=browser><div id=traj-list></div>"
+                     "<div id=traj-view><p class=hint>Click a trajectory to see its prompt, turns and verdict."
+                     "</p></div></div></section>")
+    if config_text:
+        parts.append(f"<section id='config'><h2>Config</h2><details><summary>config.yaml</summary><pre>"
+                     f"{html.escape(config_text)}</pre></details></section>")
+    data = json.dumps({"trajectories": trajs}, default=str).replace("</", "<\\/")
+    return PAGE.replace("{{TITLE}}", html.escape(title)).replace("{{BODY}}", "".join(p for p in parts if p)) \
+        .replace("{{DATA}}", data)
+
+
+def _eval_name(path: Path, e: dict) -> str:
+    m = e.get("meta", {})
+    return f"{path.stem}" if not m.get("model") else f"{path.stem} ({Path(str(m['model'])).name})"
+
+
+def write_report(target: Path, out: Optional[Path] = None, extra_evals: Sequence[Path] = ()) -> Path:
+    """Write the report for a run directory or an evaluation JSON; returns the HTML path."""
+    from honing.eval.runner import load_result
+
+    target = Path(target)
+    rows: list[dict] = []
+    summary, config_text = None, ""
+    eval_paths: list[Path] = []
+    if target.is_dir():
+        if not any((target / f).exists() for f in ("metrics.jsonl", "config.yaml", "summary.json", "eval")):
+            raise HoningError(f"{target} is not a run directory (no metrics.jsonl, config.yaml or eval/)")
+        rows = read_metrics(target / "metrics.jsonl")
+        if (target / "summary.json").is_file():
+            try:
+                summary = json.loads((target / "summary.json").read_text())
+            except json.JSONDecodeError:
+                summary = None
+        if (target / "config.yaml").is_file():
+            config_text = (target / "config.yaml").read_text()
+        eval_paths = sorted((target / "eval").glob("*.json"), key=lambda p: p.stat().st_mtime) \
+            if (target / "eval").is_dir() else []
+        out = out or target / "report.html"
+        title = f"honing report: {target.name}"
+    elif target.is_file():
+        eval_paths = [target]
+        out = out or target.with_suffix(".html")
+        title = f"honing report: {target.name}"
+    else:
+        raise HoningError(f"report target not found: {target} (give a run directory or an evaluation JSON)")
+    eval_paths += [Path(p) for p in extra_evals]
+    evals = [(_eval_name(p, e), e) for p in eval_paths for e in [load_result(p)]]
+    if not rows and not evals and not summary:
+        raise HoningError(f"{target}: nothing to report yet (no metrics, summary or evaluations)")
+    from honing.schedule.runlog import atomic_write_text
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out, build_html(title, rows, evals, summary, config_text))
+    return out

@@ -1,0 +1,58 @@
+"""`honing eval compare`: paired per-domain deltas, significance flags, the CLI table and exit code."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from honing.eval.compare import compare
+from honing.eval.metrics import pass_at_k
+
+HONING = Path(sys.executable).parent / "honing"
+
+
+def fake_eval(correct: dict[str, list[int]], n: int = 4, suite: str = "s") -> dict:
+    tasks = [{"id": f"{d}/{i}", "domain": d, "n": n, "correct": c, "pass@1": c / n,
+              f"pass@{n}": pass_at_k(n, c, n), f"maj@{n}": float(c > n / 2)}
+             for d, cs in correct.items() for i, c in enumerate(cs)]
+    return {"tasks": tasks, "domains": {d: {} for d in correct},
+            "meta": {"suite": suite, "suite_version": 1, "samples_per_task": n}}
+
+
+def test_regression_flagged_improvement_flagged_noise_not() -> None:
+    a = fake_eval({"math": [4] * 30, "code": [1, 2] * 15, "same": [2, 3] * 15})
+    b = fake_eval({"math": [0] * 30, "code": [4, 4] * 15, "same": [3, 2] * 15})
+    c = compare(a, b)
+    assert ("math", "pass@1") in c["regressions"] and ("code", "pass@1") in c["improvements"]
+    assert not any(d == "same" for d, _ in c["regressions"] + c["improvements"])
+    m = c["domains"]["math"]["pass@1"]
+    assert m["delta"] == -1.0 and m["hi"] < 0 and m["significant"]
+    same = c["domains"]["same"]["pass@1"]
+    assert same["delta"] == 0.0 and same["lo"] < 0 < same["hi"]
+    assert c["domains"]["all"]["n_tasks"] == 90
+
+
+def test_pairs_only_shared_tasks_and_warns() -> None:
+    a = fake_eval({"math": [4, 4, 4]})
+    b = fake_eval({"math": [4, 4]}, suite="other")
+    c = compare(a, b)
+    assert c["shared_tasks"] == 2 and c["domains"]["math"]["pass@1"]["n"] == 2
+    assert any("one side only" in w for w in c["warnings"]) and any("different suites" in w for w in c["warnings"])
+
+
+def test_cli_compare_prints_table_and_fails_on_regression(tmp_path: Path) -> None:
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text(json.dumps(fake_eval({"math": [4] * 20, "code": [2] * 20})))
+    b.write_text(json.dumps(fake_eval({"math": [1] * 20, "code": [2] * 20})))
+    env = {**os.environ, "NO_COLOR": "1"}
+    p = subprocess.run([str(HONING), "eval", "compare", str(a), str(b)], capture_output=True, text=True, env=env)
+    assert p.returncode == 1, p.stderr
+    assert "REGRESSION" in p.stdout and "math" in p.stdout and "-0.750" in p.stdout
+    p = subprocess.run([str(HONING), "eval", "--compare", str(a), str(a)], capture_output=True, text=True, env=env)
+    assert p.returncode == 0 and "REGRESSION" not in p.stdout
+    p = subprocess.run([str(HONING), "eval", "compare", str(a), str(tmp_path / "nope.json")], capture_output=True,
+                       text=True, env=env)
+    assert p.returncode == 2 and "evaluation file not found" in p.stderr
