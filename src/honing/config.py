@@ -229,6 +229,17 @@ class SFTConfig(_Node):
     """Assistant reply of a demonstration; '{answer}' is the reference answer."""
 
 
+class ContaminationCheckConfig(_Node):
+    mode: Literal["off", "warn", "fail"] = "warn"
+    """At start-up, compare training tasks with the held-out tasks (13-grams + MinHash): warn, fail, or skip."""
+    max_fraction: float = Field(0.0, ge=0.0, le=1.0)
+    """Fraction of held-out tasks allowed to overlap a training task before the check warns/fails."""
+    train_tasks: int = Field(500, gt=0)
+    """Training tasks scanned per source."""
+    threshold: float = Field(0.8, gt=0.0, le=1.0)
+    """MinHash Jaccard similarity at which a near-duplicate counts."""
+
+
 class EvalConfig(_Node):
     heldout_tasks: int = Field(64, ge=0)
     """Held-out tasks evaluated at start, every `every_steps` and at the end (0: no evaluation)."""
@@ -238,6 +249,8 @@ class EvalConfig(_Node):
     """Evaluation sampling temperature (0: greedy)."""
     every_steps: int = Field(0, ge=0)
     """Evaluate every N steps (0: only at start and end)."""
+    contamination: ContaminationCheckConfig = ContaminationCheckConfig()
+    """Start-up overlap check between training sources and the held-out tasks."""
 
 
 class CheckpointConfig(_Node):

@@ -130,3 +130,18 @@ def test_dynamic_sampling_refills_the_step_with_informative_groups(tmp_path: Pat
         assert r["train/active_seqs"] == r["train/dynamic_kept_groups"] * 4
     assert sum(r["train/dynamic_kept_groups"] for r in steps) > 0  # after SFT some groups do have signal
     assert sum(r["train/dynamic_dropped_groups"] for r in steps) > 0
+
+
+def test_startup_contamination_guard_warns_or_fails(tmp_path: Path) -> None:
+    """1-digit addition with exclude_heldout_questions=false trains on the held-out questions
+    themselves: the start-up guard must say so, and refuse to start when told to fail."""
+    from honing.errors import ConfigError
+    from honing.schedule.loop import build_tasks, check_heldout_overlap
+
+    cfg, _ = load_config("smoke", ["eval.heldout_tasks=16"])
+    assert "contaminat" in (check_heldout_overlap(cfg, build_tasks(cfg)) or "")
+    cfg, _ = load_config("smoke", ["eval.heldout_tasks=16", "eval.contamination.mode=fail"])
+    with pytest.raises(ConfigError):
+        check_heldout_overlap(cfg, build_tasks(cfg))
+    cfg, _ = load_config("smoke", ["eval.heldout_tasks=16", "tasks.exclude_heldout_questions=true"])
+    assert check_heldout_overlap(cfg, build_tasks(cfg)) is None

@@ -195,11 +195,30 @@ def sample_and_score(cfg: RunConfig, setup: Setup, engine: Any, tok: Any, params
     return kept, stats
 
 
+def check_heldout_overlap(cfg: RunConfig, setup: Setup) -> str | None:
+    """The start-up contamination guard: training sources vs the held-out tasks (warn or fail)."""
+    c = cfg.eval.contamination
+    if c.mode == "off" or not setup.heldout:
+        return None
+    from honing.eval.contamination import check_contamination, heldout_guard
+
+    rep = check_contamination(setup.sources, setup.heldout, threshold=c.threshold, n_train=c.train_tasks,
+                              exclude_exact=cfg.tasks.exclude_heldout_questions)
+    msg = heldout_guard(rep, max_fraction=c.max_fraction, fail=c.mode == "fail")
+    if msg:
+        import sys
+
+        print(f"honing: warning: held-out contamination: {msg} (eval.contamination.mode=fail makes this an error)",
+              file=sys.stderr)
+    return msg
+
+
 def train(cfg: RunConfig, run_dir: Path, show_progress: bool = True) -> dict[str, Any]:
     """Run the whole job; returns the summary (also written to run_dir/summary.json)."""
     t_start = time.time()
     check_train_config(cfg.train, cfg.tasks.samples_per_prompt)
     setup = build_tasks(cfg)
+    contamination = check_heldout_overlap(cfg, setup)
     seed_everything(cfg.seed)
     model, tok = load_policy(cfg.model.name, seed=cfg.seed)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -218,7 +237,8 @@ def train(cfg: RunConfig, run_dir: Path, show_progress: bool = True) -> dict[str
         with progress.phase(f"held-out eval ({label})"):
             res = evaluate(engine, tok, setup.heldout, eval_params, setup.ctx, seed=cfg.seed + 7, opts=setup.grading,
                            roll_out=setup.roll_out)
-        log.log(step, {f"heldout/{k}": v for k, v in res.items() if isinstance(v, (int, float))})
+        per_domain = {f"heldout/{d}/pass@1": v for d, v in res.get("per_domain_pass@1", {}).items()}
+        log.log(step, {**{f"heldout/{k}": v for k, v in res.items() if isinstance(v, (int, float))}, **per_domain})
         progress.note(f"held-out {label}: pass@1 {res['pass@1']:.3f}  mean reward {res['mean_reward']:.3f}")
         return res
 
@@ -275,6 +295,7 @@ def train(cfg: RunConfig, run_dir: Path, show_progress: bool = True) -> dict[str
         "wall_s": round(time.time() - t_start, 2),
         "samples_per_s": samples_total / rl_time if rl_time else 0.0,
         "final_checkpoint": str(final),
+        "contamination_warning": contamination,
         "examples_after": after["examples"],
     }
     import json
