@@ -190,6 +190,36 @@ while True:
 
 CHILD_SRC = CHILD_SRC.replace("#CODEC#\n", CODEC_SRC)
 
+# Run by a grader's runner as the box's last act: kill every other process of the box, reap them,
+# and say whether the box is clean (used by the code and repair runners).
+KILL_OTHERS_SRC = r'''
+def kill_others():
+    me = os.getpid()
+    for _ in range(20):
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except OSError:
+            pass
+        alive = []
+        for name in os.listdir("/proc"):
+            if name.isdigit() and int(name) not in (1, me):
+                try:
+                    with open("/proc/%s/stat" % name) as f:
+                        if f.read().rsplit(")", 1)[1].split()[0] != "Z":
+                            alive.append(name)
+                except OSError:
+                    pass
+        try:
+            while os.waitpid(-1, os.WNOHANG)[0] > 0:
+                pass
+        except ChildProcessError:
+            pass
+        if not alive:
+            return True
+        time.sleep(0.01)
+    return False
+'''
+
 RUNNER_SRC = r'''
 import ctypes, json, os, select, signal, subprocess, sys, time, ast, math, copy
 NONCE = SPEC["nonce"]
@@ -322,31 +352,7 @@ CHILD = Child()
 def candidate(*args):
     return CHILD.call(args)
 
-def kill_others():
-    me = os.getpid()
-    for _ in range(20):
-        try:
-            os.kill(-1, signal.SIGKILL)
-        except OSError:
-            pass
-        alive = []
-        for name in os.listdir("/proc"):
-            if name.isdigit() and int(name) not in (1, me):
-                try:
-                    with open("/proc/%s/stat" % name) as f:
-                        if f.read().rsplit(")", 1)[1].split()[0] != "Z":
-                            alive.append(name)
-                except OSError:
-                    pass
-        try:
-            while os.waitpid(-1, os.WNOHANG)[0] > 0:
-                pass
-        except ChildProcessError:
-            pass
-        if not alive:
-            return True
-        time.sleep(0.01)
-    return False
+#KILL_OTHERS#
 
 result = {}
 if SPEC["mode"] == "calls":
@@ -384,7 +390,7 @@ result["clean"] = kill_others()
 result["notes"] = NOTES[:20]
 os.write(1, (NONCE + " " + json.dumps(result) + "\n").encode())
 '''
-RUNNER_SRC = RUNNER_SRC.replace("#CODEC#\n", CODEC_SRC)
+RUNNER_SRC = RUNNER_SRC.replace("#CODEC#\n", CODEC_SRC).replace("#KILL_OTHERS#\n", KILL_OTHERS_SRC)
 
 
 # --- HumanEval test transformation ---------------------------------------------------------------

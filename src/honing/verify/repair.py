@@ -29,7 +29,7 @@ from typing import Any
 
 from honing.rollout.types import Trajectory
 from honing.sandbox import Limits, SandboxError
-from honing.verify.code import BOOT, _default_sandbox
+from honing.verify.code import BOOT, KILL_OTHERS_SRC, _default_sandbox
 from honing.verify.registry import register_verifier
 from honing.verify.types import Verdict, VerifyContext
 
@@ -134,35 +134,12 @@ for path in SPEC["tests"]:
         got = {"error": "no result (timeout or the test process died)"}
     report["files"][path] = got
 
-def kill_others():
-    me = os.getpid()
-    for _ in range(20):
-        try:
-            os.kill(-1, signal.SIGKILL)
-        except OSError:
-            pass
-        alive = []
-        for name in os.listdir("/proc"):
-            if name.isdigit() and int(name) not in (1, me):
-                try:
-                    with open("/proc/%s/stat" % name) as f:
-                        if f.read().rsplit(")", 1)[1].split()[0] != "Z":
-                            alive.append(name)
-                except OSError:
-                    pass
-        try:
-            while os.waitpid(-1, os.WNOHANG)[0] > 0:
-                pass
-        except ChildProcessError:
-            pass
-        if not alive:
-            return True
-        time.sleep(0.01)
-    return False
+#KILL_OTHERS#
 
 report["clean"] = kill_others()
 os.write(1, (NONCE + " " + json.dumps(report) + "\n").encode())
 '''
+RUNNER_SRC = RUNNER_SRC.replace("#KILL_OTHERS#\n", KILL_OTHERS_SRC)
 
 
 def expected_test_ids(source: str) -> list[str]:
