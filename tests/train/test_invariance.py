@@ -14,21 +14,6 @@ from honing.train.trainer import apply_lora
 from .helpers import engine, first_step_grads, make_trainer, prompts, sampled_trajectories
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    """The model is tiny: intra-op threads only add synchronisation on a busy 2-core box."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
-
-
-@pytest.fixture(scope="module")
-def tiny(_one_thread):  # noqa: ANN001
-    model, tok = build_tiny_random(seed=0)
-    return model, tok
-
-
 @pytest.fixture(scope="module")
 def trajs(tiny):  # noqa: ANN001
     return sampled_trajectories(*tiny)

@@ -18,19 +18,6 @@ from honing.train.trainer import apply_lora
 from .helpers import copy_trajs, first_step_grads, make_trainer, params, sampled_trajectories
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
-
-
-@pytest.fixture(scope="module")
-def tiny(_one_thread):  # noqa: ANN001
-    return build_tiny_random(seed=0)
-
-
 @pytest.fixture(scope="module")
 def trajs(tiny):  # noqa: ANN001
     return sampled_trajectories(*tiny)
