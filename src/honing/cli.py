@@ -26,6 +26,8 @@ def train(
     out: Optional[Path] = typer.Option(None, "--out", help="Run directory (default: runs/<name>)"),
     help_config: bool = typer.Option(False, "--help-config", help="Print every config key with its help and exit"),
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bars (logs only)"),
+    resume: Optional[Path] = typer.Option(None, "--resume", help="Continue the run in this directory where it stopped"),
+    from_step: Optional[int] = typer.Option(None, "--from-step", help="With --resume: go back to this checkpoint step"),
 ) -> None:
     """Train a policy with GRPO on verifiable tasks (default recipe: configs/quickstart.yaml)."""
     from honing.config import help_config as help_lines, load_config
@@ -33,15 +35,25 @@ def train(
     if help_config:
         typer.echo("\n".join(help_lines()))
         return
+    if resume is not None:
+        if config or overrides or out:
+            raise HoningError("--resume takes the run's own config.yaml; drop --config, --out and overrides")
+        if not (resume / "config.yaml").is_file():
+            raise HoningError(f"--resume {resume}: no config.yaml there (is it a run directory?)")
+        config = str(resume / "config.yaml")
+    elif from_step is not None:
+        raise HoningError("--from-step needs --resume <run directory>")
     cfg, path = load_config(config, overrides or [])
     from honing.models import resolve_model_dir
     from honing.schedule.loop import build_tasks, default_run_dir, train as run_train
 
     build_tasks(cfg)  # bad domains, params and verifiers fail here, before anything is written
     resolve_model_dir(cfg.model.name)
-    run_dir = out or default_run_dir(cfg, path.stem)
-    typer.echo(f"honing train: recipe {path}, model {cfg.model.name}, run directory {run_dir}", err=True)
-    summary = run_train(cfg, run_dir, show_progress=not no_progress and sys.stderr.isatty() or _force_progress())
+    run_dir = resume or out or default_run_dir(cfg, path.stem)
+    verb = "resuming" if resume else "recipe"
+    typer.echo(f"honing train: {verb} {path}, model {cfg.model.name}, run directory {run_dir}", err=True)
+    summary = run_train(cfg, run_dir, show_progress=not no_progress and sys.stderr.isatty() or _force_progress(),
+                        resume=resume is not None, from_step=from_step)
     b, a = summary["heldout_before"], summary["heldout_after"]
     lines = [
         "",

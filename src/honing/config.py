@@ -138,8 +138,23 @@ class RolloutConfig(_Node):
 
 
 class SandboxConfig(_Node):
-    backend: Literal["bwrap", "local"] = "bwrap"
-    """Where code runs: 'bwrap' (isolated) or 'local' (NO isolation; trusted code only)."""
+    backend: str = "bwrap"
+    """Where code runs: 'bwrap' (isolated), 'local' (NO isolation; trusted code only), or
+    'faulty:<backend>:fail=P,hang=P,hang_s=S,seed=N' (fault injection for testing the scheduler)."""
+
+    @model_validator(mode="after")
+    def _check_backend(self) -> "SandboxConfig":
+        name = self.backend.split(":")[1] if self.backend.startswith("faulty:") else self.backend
+        if name not in ("bwrap", "local"):
+            raise ValueError(f"sandbox.backend='{self.backend}': unknown backend (bwrap, local, faulty:<backend>:...)")
+        if self.backend.startswith("faulty:"):
+            from honing.sandbox.faulty import parse_faulty
+
+            try:
+                parse_faulty(self.backend)
+            except Exception as e:  # noqa: BLE001 - the parser's message names the bad option
+                raise ValueError(f"sandbox.backend='{self.backend}': {e}") from None
+        return self
     max_concurrency: int = Field(0, ge=0)
     """Most boxes running at once (0: the number of CPUs)."""
 
@@ -230,6 +245,9 @@ class SFTConfig(_Node):
     """Demonstrations per SFT step."""
     response_template: str = "{answer}"
     """Assistant reply of a demonstration; '{answer}' is the reference answer."""
+    pack_tokens: int = Field(0, ge=0)
+    """Pack demonstrations into rows of at most this many tokens (no attention across them; 0: off). Pays off
+    when demonstration lengths vary widely; for near-equal lengths padding is cheaper."""
 
 
 class ContaminationCheckConfig(_Node):

@@ -26,10 +26,15 @@ class Backend(Protocol):
             stdin: bytes | None = None, extra_ro: Sequence[tuple[str, str]] = ()) -> ExecResult: ...
 
 
-BACKENDS = ("bwrap", "local")
+BACKENDS = ("bwrap", "local", "faulty:<inner>[:fail=P,hang=P,hang_s=S,seed=N]")
 
 
 def make_backend(name: str) -> Backend:
+    if name.startswith("faulty:"):  # fault injection for tests (honing.sandbox.faulty)
+        from honing.sandbox.faulty import FaultyBackend, parse_faulty
+
+        inner, opts = parse_faulty(name)
+        return FaultyBackend(make_backend(inner), **opts)
     if name == "bwrap":
         from honing.sandbox.bwrap import BwrapBackend
 

@@ -22,14 +22,14 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 
 class RunLog:
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Path, purge_step: int | None = None) -> None:
         self.dir = run_dir
         self.dir.mkdir(parents=True, exist_ok=True)
         self.metrics = open(self.dir / "metrics.jsonl", "a")
         try:
             from torch.utils.tensorboard import SummaryWriter
 
-            self.tb: Any = SummaryWriter(str(self.dir / "tb"))
+            self.tb: Any = SummaryWriter(str(self.dir / "tb"), purge_step=purge_step)
         except ImportError:  # tensorboard is a declared dependency; keep going without it
             self.tb = None
 

@@ -3,16 +3,24 @@
 from __future__ import annotations
 
 import random
-from typing import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import torch
+from torch.utils.checkpoint import checkpoint
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from honing.engine.hf import autocast_ctx, bf16_supported
 from honing.rollout.single import prompt_ids
 from honing.tasks.types import Task
-from honing.train.logprobs import completion_logprobs, token_budget_batches
+from honing.train.logprobs import (
+    _chunk_logp,
+    _head_and_decoder,
+    completion_logprobs,
+    token_budget_batches,
+)
 from honing.train.losses import token_mean
+
+Demo = tuple[Sequence[int], Sequence[int]]
 
 
 def demonstrations(tokenizer: PreTrainedTokenizerBase, tasks: Sequence[Task], template: str,
@@ -29,15 +37,149 @@ def demonstrations(tokenizer: PreTrainedTokenizerBase, tasks: Sequence[Task], te
     return out
 
 
+def pack_demos(demos: Sequence[Demo], pack_tokens: int) -> list[list[int]]:
+    """First-fit-decreasing bin packing of demonstrations into rows of at most `pack_tokens`
+    tokens (prompt + response). Returns rows of demo indices; every index appears exactly once.
+    A demo longer than `pack_tokens` gets a row of its own."""
+    if pack_tokens <= 0:
+        raise ValueError(f"pack_tokens must be > 0, got {pack_tokens}")
+    lengths = [len(p) + len(c) for p, c in demos]
+    rows: list[list[int]] = []
+    free: list[int] = []
+    for i in sorted(range(len(demos)), key=lambda j: (-lengths[j], j)):
+        n = lengths[i]
+        if n <= pack_tokens:
+            for r, f in enumerate(free):
+                if f >= n:
+                    rows[r].append(i)
+                    free[r] -= n
+                    break
+            else:
+                rows.append([i])
+                free.append(pack_tokens - n)
+        else:
+            rows.append([i])
+            free.append(-1)
+    return rows
+
+
+def packed_layout(demos: Sequence[Demo], rows: Sequence[Sequence[int]],
+                  pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Lay each row's demos end to end: (input_ids [R, L], position_ids [R, L], and for every
+    response token in row/demo order: row index [N], column of the position predicting it [N],
+    token id [N]). Position ids restart at 0 for each demo and for the padding tail, which is
+    what makes transformers (>= 4.54: masking_utils.find_packed_sequence_indices, or the
+    flash-attention varlen path) attend only within a demo when attention_mask is None."""
+    L = max(sum(len(demos[i][0]) + len(demos[i][1]) for i in row) for row in rows)
+    ids = torch.full((len(rows), L), pad_id, dtype=torch.long)
+    pos = torch.zeros((len(rows), L), dtype=torch.long)
+    g_row: list[int] = []
+    g_col: list[int] = []
+    tgt: list[int] = []
+    for r, row in enumerate(rows):
+        s = 0
+        for i in row:
+            p, c = demos[i]
+            if not p:
+                raise ValueError(f"demonstration {i} has an empty prompt: its first response token has no context")
+            n = len(p) + len(c)
+            ids[r, s:s + n] = torch.tensor(list(p) + list(c), dtype=torch.long)
+            pos[r, s:s + n] = torch.arange(n)
+            g_row += [r] * len(c)
+            g_col += range(s + len(p) - 1, s + n - 1)
+            tgt += list(c)
+            s += n
+        pos[r, s:] = torch.arange(L - s)
+    return ids, pos, *(torch.tensor(x, dtype=torch.long) for x in (g_row, g_col, tgt))
+
+
+def packed_logprobs(model: PreTrainedModel, demos: Sequence[Demo], rows: Sequence[Sequence[int]], pad_id: int,
+                    chunk_tokens: int = 0) -> torch.Tensor:
+    """log p of every response token of the demos packed as `rows` (see pack_demos), flattened
+    in row order, then demo order within a row: shape [sum of the rows' response lengths].
+
+    One forward over [R, L] with no attention across demo boundaries, so each value equals the
+    one computed with the demo alone. Only response positions go through the LM head; with
+    chunk_tokens > 0 it runs chunk_tokens positions at a time (checkpointed under grad).
+    """
+    ids, pos, g_row, g_col, tgt = packed_layout(demos, rows, pad_id)
+    dev = model.device
+    ids, pos, g_row, g_col, tgt = ids.to(dev), pos.to(dev), g_row.to(dev), g_col.to(dev), tgt.to(dev)
+    parts = _head_and_decoder(model)
+    if parts is None:  # logits are not plain lm_head(hidden): take the full logits and gather
+        logits = model(input_ids=ids, position_ids=pos, attention_mask=None, use_cache=False).logits
+        return torch.log_softmax(logits[g_row, g_col].float(), dim=-1).gather(-1, tgt[:, None]).squeeze(-1)
+    dec, head = parts
+    hidden = dec(input_ids=ids, position_ids=pos, attention_mask=None, use_cache=False).last_hidden_state
+    h = hidden[g_row, g_col]
+    N = h.shape[0]
+    width = chunk_tokens if chunk_tokens > 0 else max(N, 1)
+    recompute = torch.is_grad_enabled() and h.requires_grad and N > width
+    out = []
+    for c0 in range(0, N, width):
+        hc, tc = h[c0:c0 + width], tgt[c0:c0 + width]
+        out.append(checkpoint(_chunk_logp, head, hc, tc, 1.0, use_reentrant=False) if recompute
+                   else _chunk_logp(head, hc, tc, 1.0))
+    return torch.cat(out) if out else h.new_zeros((0,))
+
+
+def _row_groups(rows: list[list[int]], lengths: Sequence[int], budget: int) -> list[list[list[int]]]:
+    """Rows (longest first, as pack_demos makes them) split into forwards of at most `budget`
+    padded tokens (rows x longest row); a row over the budget runs alone. 0: one forward."""
+    if budget <= 0:
+        return [rows]
+    groups: list[list[list[int]]] = []
+    cur: list[list[int]] = []
+    width = 0
+    for row in sorted(rows, key=lambda r: -sum(lengths[i] for i in r)):
+        n = sum(lengths[i] for i in row)
+        if cur and (len(cur) + 1) * max(width, n) > budget:
+            groups.append(cur)
+            cur, width = [], 0
+        cur.append(row)
+        width = max(width, n)
+    if cur:
+        groups.append(cur)
+    return groups
+
+
+def _batch_losses(model: PreTrainedModel, batch: Sequence[Demo], pad_id: int, autocast: bool,
+                  micro_batch_tokens: int, chunk_tokens: int, pack_tokens: int) -> Iterator[torch.Tensor]:
+    """The batch's loss (mean NLL over all its response tokens) as parts, one per forward pass,
+    each divided by the whole batch's token count: backward on each part accumulates exactly the
+    gradient of the full batch. Yielded one at a time so only one forward's graph is alive."""
+    total = float(sum(len(c) for _, c in batch))
+    if pack_tokens > 0:
+        lengths = [len(p) + len(c) for p, c in batch]
+        for rows in _row_groups(pack_demos(batch, pack_tokens), lengths, micro_batch_tokens):
+            with autocast_ctx(autocast, model.device):
+                logp = packed_logprobs(model, batch, rows, pad_id, chunk_tokens=chunk_tokens)
+            yield -logp.sum() / max(total, 1.0)
+        return
+    groups = (token_budget_batches([(len(p), len(c)) for p, c in batch], micro_batch_tokens)
+              if micro_batch_tokens else [list(range(len(batch)))])
+    for idx in groups:
+        micro = [batch[i] for i in idx]
+        with autocast_ctx(autocast, model.device):
+            logp, mask = completion_logprobs(model, [b[0] for b in micro], [b[1] for b in micro], pad_id,
+                                             chunk_tokens=chunk_tokens)
+        yield -token_mean(logp, mask, total_tokens=total)
+
+
 def sft(model: PreTrainedModel, demos: Sequence[tuple[list[int], list[int]]], pad_id: int, steps: int,
         learning_rate: float, batch_size: int, bf16_autocast: bool, seed: int = 0,
         on_step: Callable[[int, float], None] | None = None, micro_batch_tokens: int = 0,
-        chunk_tokens: int = 0) -> list[float]:
+        chunk_tokens: int = 0, pack_tokens: int = 0) -> list[float]:
     """Mean token NLL minimised with AdamW over `steps` random batches. Returns the losses.
 
     micro_batch_tokens > 0 packs each batch into length-bucketed micro-batches of at most that
     many padded tokens (gradients accumulated, divided by the batch's token count: the same
     update); chunk_tokens > 0 computes log-probs in chunks (see completion_logprobs).
+
+    pack_tokens > 0 packs each batch's demonstrations end to end into rows of at most that many
+    tokens (pack_demos), attention confined to each demo and position ids restarting per demo,
+    so the loss and its gradient equal the unpacked ones with (almost) no padding; with
+    micro_batch_tokens > 0 as well, the rows run in forwards of at most that many tokens.
     """
     rng = random.Random(seed)
     params = [p for p in model.parameters() if p.requires_grad]
@@ -47,16 +189,8 @@ def sft(model: PreTrainedModel, demos: Sequence[tuple[list[int], list[int]]], pa
     losses = []
     for step in range(steps):
         batch = rng.sample(list(demos), min(batch_size, len(demos)))
-        total = float(sum(len(b[1]) for b in batch))
-        groups = (token_budget_batches([(len(p), len(c)) for p, c in batch], micro_batch_tokens)
-                  if micro_batch_tokens else [list(range(len(batch)))])
         loss = torch.zeros(())
-        for idx in groups:
-            micro = [batch[i] for i in idx]
-            with autocast_ctx(autocast, model.device):
-                logp, mask = completion_logprobs(model, [b[0] for b in micro], [b[1] for b in micro], pad_id,
-                                                 chunk_tokens=chunk_tokens)
-            part = -token_mean(logp, mask, total_tokens=total)
+        for part in _batch_losses(model, batch, pad_id, autocast, micro_batch_tokens, chunk_tokens, pack_tokens):
             part.backward()
             loss = loss + part.detach().cpu()
         torch.nn.utils.clip_grad_norm_(params, 1.0)

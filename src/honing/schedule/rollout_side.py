@@ -1,0 +1,74 @@
+"""The rollout side of a run: generate and grade one batch of tasks with a given policy version.
+
+It runs in the trainer's process (synchronous runs share the trainer's module) or in a worker
+process with its own copy of the policy (asynchronous runs; `build` is the worker's factory).
+Each request carries its tasks and the cost-model state to bucket them with, so a batch's
+result depends only on the request: that is what makes async runs and resumes reproducible.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from honing.config import RunConfig
+from honing.engine import SamplingParams, TransformersEngine
+from honing.schedule.orchestrate import CostModel, Orchestrator, RolloutBatch
+from honing.tasks.types import task_from_json
+
+
+def eos_ids_of(tok: Any) -> list[int]:
+    return [i for i in {tok.eos_token_id, tok.convert_tokens_to_ids("<|im_end|>")} if isinstance(i, int)
+            and i >= 0 and i != tok.unk_token_id]
+
+
+def train_params(cfg: RunConfig) -> SamplingParams:
+    g = cfg.generation
+    return SamplingParams(g.max_new_tokens, g.temperature, g.top_p, g.top_k, cfg.tasks.samples_per_prompt)
+
+
+class LocalRollout:
+    """Rolls out and grades batches (see the module docstring). `engine=None` builds a private
+    copy of the policy (worker processes, or stale generation in one process)."""
+
+    def __init__(self, cfg: RunConfig, engine: TransformersEngine | None = None, tok: Any = None,
+                 setup: Any = None) -> None:
+        from honing.schedule.loop import build_tasks
+
+        self.cfg = cfg
+        if engine is None:
+            from honing.models import load_policy
+
+            model, tok = load_policy(cfg.model.name, seed=cfg.seed)
+            engine = TransformersEngine(model, eos_ids_of(tok), tok.pad_token_id, cfg.model.bf16_autocast,
+                                        cfg.generation.max_batch_size)
+        self.engine, self.tok = engine, tok
+        self.setup = setup or build_tasks(cfg)
+        params = train_params(cfg)
+        self.orch = Orchestrator(lambda tasks, seed: self.setup.roll_out(self.engine, self.tok, tasks, params, seed),
+                                 self.setup.ctx, self.setup.reward, self.setup.grading, cfg.schedule.orchestration,
+                                 cost=CostModel(), max_batch_tasks=0)
+
+    def load_weights(self, state: dict[str, torch.Tensor] | None, version: int) -> None:
+        if state:
+            self.engine.model.load_state_dict(state, strict=False)
+        self.engine.version = version
+
+    def run(self, payload: dict, seed: int) -> RolloutBatch:
+        tasks = [task_from_json(t) for t in payload["tasks"]]
+        if payload.get("cost") is not None:
+            self.orch.cost.load_state_dict(payload["cost"])
+        return self.orch.run(tasks, seed)
+
+    def close(self) -> None:
+        if self.setup.sandbox is not None:
+            self.setup.sandbox.close()
+
+
+def build(cfg_dict: dict) -> LocalRollout:
+    """Worker-process factory: a LocalRollout with its own policy copy, from the run's config."""
+    cfg = RunConfig.model_validate(cfg_dict)
+    if cfg.run.deterministic:
+        torch.use_deterministic_algorithms(True)
+    return LocalRollout(cfg)
