@@ -147,3 +147,35 @@ def test_startup_contamination_guard_warns_or_fails(tmp_path: Path) -> None:
         check_heldout_overlap(cfg, build_tasks(cfg))
     cfg, _ = load_config("smoke", ["eval.heldout_tasks=16", "tasks.exclude_heldout_questions=true"])
     assert check_heldout_overlap(cfg, build_tasks(cfg)) is None
+
+
+@pytest.mark.slow
+def test_run_survives_a_sandbox_that_fails_and_hangs(tmp_path: Path) -> None:
+    """Fault injection in the loop: a sandbox that fails 10% of calls and hangs 2% past the job
+    deadline. The run completes, failed jobs are retried, nothing it trained on carries an
+    infrastructure error, and per step the jobs add up to groups trained on plus jobs dropped."""
+    import shutil
+
+    from honing.schedule.trajstore import read_shard
+
+    if shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap is not installed")
+    cfg, _ = load_config("smoke", [
+        *QUICK, "train.steps=3", "eval.heldout_tasks=0", "generation.max_new_tokens=12", "tasks.prompts_per_step=8",
+        "tasks.sources=[{name: 'code:functions', params: {tiers: [1]}}]",
+        "sandbox.backend=faulty:bwrap:fail=0.1,hang=0.02,hang_s=6,seed=3",
+        "schedule.orchestration.job_deadline_s=3", "schedule.orchestration.backoff_s=0.01",
+        "schedule.orchestration.max_retries=4", "verify.max_infra_error_frac=0.5",
+    ])
+    run_dir = tmp_path / "faulty"
+    train(cfg, run_dir, show_progress=False)
+    steps = [r for r in (json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines())
+             if "train/reward" in r]
+    assert len(steps) == 3
+    assert sum(r["rollout/infra_errors"] for r in steps) > 0 and sum(r["rollout/retries"] for r in steps) > 0
+    for r in steps:
+        assert r["rollout/jobs"] == r["train/groups"] + r["rollout/drops"] == 8
+        assert r["rollout/attempts"] == r["rollout/jobs"] + r["rollout/retries"]
+    for shard in (run_dir / "trajectories").glob("*.parquet"):
+        for t in read_shard(shard):
+            assert t.verdict is not None and not t.verdict.infra_error, t.verdict
