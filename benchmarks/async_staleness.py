@@ -32,12 +32,14 @@ def run(model: str, steps: int, staleness: int, workers: str, out: Path, args: a
         "tasks.sources=[{name: 'gym:basic_arithmetic', params: {min_digits: 1, max_digits: 2}}]",
         "tasks.exclude_heldout_questions=false", "train.learning_rate=1e-5", "train.micro_batch_size=8",
         f"schedule.staleness={staleness}", f"schedule.workers={workers}", "checkpoint.every_steps=0",
+        f"schedule.worker_threads={args.worker_threads}",
     ])
     summary = train(cfg, out, show_progress=False)
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     rows = [r for r in rows if "train/reward" in r][1:]  # the first step pays start-up
     mean = lambda k: statistics.fmean(r.get(k, 0.0) for r in rows)  # noqa: E731
-    return {"samples_per_s": statistics.fmean(r["time/samples_per_s"] for r in rows),
+    samples = args.prompts * args.samples * len(rows)
+    return {"samples_per_s": samples / sum(r["time/step_s"] for r in rows),
             "step_s": mean("time/step_s"), "gen_s": mean("time/gen_s"), "update_s": mean("time/update_s"),
             "wait_s": mean("time/wait_s"), "worker_idle_s": mean("worker/idle_s"),
             "staleness": mean("staleness/mean"), "reward": mean("train/reward"), "wall_s": summary["wall_s"]}
@@ -50,9 +52,13 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=4)
     ap.add_argument("--samples", type=int, default=4)
     ap.add_argument("--tokens", type=int, default=32)
+    ap.add_argument("--worker-threads", type=int, default=0, help="0: half the threads")
+    ap.add_argument("--only", default="", help="e.g. '0:inprocess,1:process'")
     args = ap.parse_args()
     torch.set_num_threads(max(1, torch.get_num_threads()))
     configs = [(0, "inprocess"), (0, "process"), (1, "process"), (2, "process")]
+    if args.only:
+        configs = [(int(c.split(":")[0]), c.split(":")[1]) for c in args.only.split(",")]
     res = {}
     with tempfile.TemporaryDirectory() as tmp:
         for s, w in configs:
@@ -66,10 +72,10 @@ def main() -> None:
     for (s, w), r in res.items():
         print(f"{s:>9} {w:>9} {r['samples_per_s']:>9.2f} {r['step_s']:>7.2f} {r['gen_s']:>6.2f} {r['update_s']:>8.2f} "
               f"{r['wait_s']:>7.2f} {r['worker_idle_s']:>9.2f} {r['staleness']:>10.2f}")
-    base = res[(0, "inprocess")]["samples_per_s"]
-    print(f"\nRATIO staleness1_vs_sync={res[(1, 'process')]['samples_per_s'] / base:.2f} "
-          f"staleness2_vs_sync={res[(2, 'process')]['samples_per_s'] / base:.2f} "
-          f"process_sync_vs_sync={res[(0, 'process')]['samples_per_s'] / base:.2f}")
+    base = res.get((0, "inprocess"), {}).get("samples_per_s")
+    if base:
+        print("\nRATIO " + " ".join(f"staleness{s}_{w}_vs_sync={r['samples_per_s'] / base:.2f}"
+                                   for (s, w), r in res.items() if (s, w) != (0, "inprocess")))
 
 
 if __name__ == "__main__":

@@ -391,6 +391,11 @@ def main() -> None:
     except KeyboardInterrupt:
         print("honing: interrupted", file=sys.stderr)
         sys.exit(130)
+    except Exception as e:  # a clean stop on Ctrl-C / SIGTERM
+        if type(e).__name__ != "StoppedEarly":
+            raise
+        print(f"honing: {e}", file=sys.stderr)
+        sys.exit(130)
 
 
 if __name__ == "__main__":

@@ -335,6 +335,8 @@ class ScheduleConfig(_Node):
     workers: Literal["auto", "inprocess", "process"] = "auto"
     """Where rollouts run: 'process' (a separate worker process with its own copy of the policy), 'inprocess',
     or 'auto' (a process when staleness > 0)."""
+    worker_threads: int = Field(0, ge=0)
+    """Torch threads of a rollout worker process (0: half of this process's threads, at least 1)."""
     oversample: float = Field(1.0, ge=1)
     """Generate this many times the step's prompts and train on the most informative groups first; the rest wait
     for the next step (within the staleness bound) or are dropped."""

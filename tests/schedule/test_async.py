@@ -26,3 +26,30 @@ def test_stale_rollouts_in_a_worker_process_still_learn(tmp_path: Path, stalenes
     # off-policy correction switched itself on; the worker's side of the time is reported
     assert all("train/tis_clip_frac" in r and "worker/idle_s" in r and "time/wait_s" in r for r in steps)
     assert max(r["train/logprob_mismatch"] for r in steps) > 0  # stale log-probs really differ
+
+
+def test_oversampled_steps_train_on_informative_groups_first_and_log_the_rest(tmp_path: Path) -> None:
+    """schedule.oversample=2: each step's batch has twice the prompts it trains on. Groups with
+    reward variance go first, the rest are deferred to the next step (within the staleness bound)
+    or dropped as stale, and every graded trajectory ends used, deferred-then-used or dropped."""
+    import sqlite3
+
+    cfg, _ = load_config("smoke", ["train.steps=4", "sft.steps=60", "eval.heldout_tasks=0", "tasks.prompts_per_step=4",
+                                   "tasks.samples_per_prompt=4", "schedule.oversample=2"])
+    train(cfg, tmp_path / "run", show_progress=False)
+    rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in rows if "train/reward" in r]
+    assert all(r["train/groups"] == 4 for r in steps)
+    assert sum(r["sched/deferred_groups"] for r in steps) > 0
+    db = sqlite3.connect(tmp_path / "run" / "state.sqlite")
+    groups = db.execute("SELECT b.for_step, t.batch_id, t.grp, t.status, t.step, COUNT(DISTINCT t.reward) > 1 "
+                        "FROM trajectories t JOIN batches b USING(batch_id) GROUP BY t.batch_id, t.grp").fetchall()
+    assert len(groups) == 4 * 8
+    for step in range(1, 5):
+        mine = [g for g in groups if g[0] == step]
+        used = [g[5] for g in mine if g[3] == "used"]
+        rest = [g for g in mine if g[3] != "used"]
+        assert len(used) == 4 and len(rest) == 4
+        assert max(g[5] for g in rest) <= min(used)  # nothing with signal waited while a group without trained
+        # staleness 0: a deferred group is too old for the next step: dropped there (or still deferred at the end)
+        assert all((g[3], g[4]) == (("dropped", step + 1) if step < 4 else ("deferred", 4)) for g in rest), rest

@@ -72,8 +72,9 @@ def _env() -> dict:
     return {**os.environ, "HONING_TRACE_PHASES": "1", "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0"}
 
 
-def _run_and_kill(args: list[str], target: tuple[str, int] | None, rng: random.Random, log: list) -> int:
-    """Run `honing train`; with a target (phase, step), SIGKILL it shortly after that phase starts."""
+def _run_and_kill(args: list[str], target: tuple[str, int] | None, rng: random.Random, log: list,
+                  sig: int = signal.SIGKILL) -> int:
+    """Run `honing train`; with a target (phase, step), send `sig` shortly after that phase starts."""
     p = subprocess.Popen(_cmd(*args), stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=_env())
     seen, other = [], []
     assert p.stderr is not None
@@ -85,11 +86,12 @@ def _run_and_kill(args: list[str], target: tuple[str, int] | None, rng: random.R
             seen.append((name, int(step)))
             if target and name == target[0] and int(step) >= target[1]:
                 time.sleep(rng.uniform(0, 0.03))
-                p.send_signal(signal.SIGKILL)
-                break
+                p.send_signal(sig)
+                if sig == signal.SIGKILL:
+                    break
     p.wait(timeout=300)
     log.append((target, seen[-1] if seen else None, p.returncode))
-    if p.returncode not in (0, -signal.SIGKILL):
+    if p.returncode not in (0, -signal.SIGKILL, 130):
         log.append("".join(other[-20:]))
     return p.returncode
 
@@ -103,18 +105,20 @@ def test_kill9_at_random_points_then_resume_equals_uninterrupted_run(tmp_path: P
     rng = random.Random(1234)
     assert _run_and_kill(["--config", str(cfg_file), "--out", str(ref)], None, rng, log) == 0
 
-    targets = [("rollout", 2), ("checkpoint", 2), ("update", 4), ("eval", 6), ("commit", 7)]
-    rng.shuffle(targets[1:])  # random order and moments, but every phase gets a kill
-    targets = sorted(targets, key=lambda t: t[1])
+    # kill -9 in every phase (at random moments within it), and one Ctrl-C (a clean stop)
+    targets = [("rollout", 2), ("checkpoint", 2), ("update", 3), ("eval", 3), ("commit", 5), ("rollout", 6),
+               ("update", 7)]
+    targets = [(name, step if name == "eval" else step + rng.randint(0, 1)) for name, step in targets]
+    sigs = [signal.SIGKILL] * len(targets)
+    sigs[rng.choice([2, 4])] = signal.SIGINT
     args = ["--config", str(cfg_file), "--out", str(run)]
     kills = 0
-    for tgt in targets:
-        tgt = (tgt[0], max(tgt[1], rng.randint(1, STEPS)) if tgt[0] != "eval" else tgt[1])
-        code = _run_and_kill(args, tgt, rng, log)
+    for tgt, sig in zip(targets, sigs):
+        code = _run_and_kill(args, tgt, rng, log, sig)
         if code == 0:
             break  # the run finished before the target came up
-        assert code == -signal.SIGKILL, log
-        kills += 1
+        assert code == (-signal.SIGKILL if sig == signal.SIGKILL else 130), log
+        kills += sig == signal.SIGKILL
         args = ["--resume", str(run)]
     if kills and log[-1][2] != 0:
         assert _run_and_kill(["--resume", str(run)], None, rng, log) == 0, log

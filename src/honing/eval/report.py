@@ -165,6 +165,36 @@ def plot_time(rows: Sequence[dict]) -> Optional[str]:
     return _svg(fig)
 
 
+def plot_schedule(rows: Sequence[dict]) -> Optional[str]:
+    """Domain mixing weights (and curriculum levels) over steps; each side's idle time and staleness."""
+    weights = sorted({k for r in rows for k in r if k.startswith("sched/weight/")})
+    if not weights:
+        return None
+    fig, (a1, a2) = _fig(2)
+    for k in weights:
+        x, y = _series(rows, k)
+        line = a1.plot(x, y, label=k.removeprefix("sched/weight/"))[0]
+        lx, ly = _series(rows, "sched/level/" + k.removeprefix("sched/weight/"))
+        if ly and max(ly) > 0:
+            a1.step(lx, [v / max(ly) for v in ly], where="post", ls=":", color=line.get_color(), alpha=0.7)
+    a1.set_title("domain weight (dotted: curriculum level)")
+    a1.set_xlabel("step")
+    a1.legend(fontsize=7, loc="best")
+    for key, label in (("time/wait_s", "trainer waits (s)"), ("worker/idle_s", "worker idle (s)")):
+        x, y = _series(rows, key)
+        if x:
+            a2.plot(x, y, label=label)
+    x, y = _series(rows, "staleness/mean")
+    if x and max(y) > 0:
+        a2.plot(x, y, label="mean staleness (versions)", ls="--")
+    a2.set_title("idle time and staleness")
+    a2.set_xlabel("step")
+    a2.legend(fontsize=7, loc="best")
+    for a in (a1, a2):
+        a.grid(alpha=0.3)
+    return _svg(fig)
+
+
 def plot_passk(evals: Sequence[tuple[str, dict]]) -> Optional[str]:
     """pass@k against k (log2 axis) per domain; each evaluation its own line style."""
     doms = sorted({d for _, e in evals for d, m in e["domains"].items() if m.get("pass@k_curve")})
@@ -323,6 +353,9 @@ def build_html(title: str, rows: Sequence[dict], evals: Sequence[tuple[str, dict
     parts.append(_section("Training", _figure(plot_training(rows), "training"), "training"))
     parts.append(_section("Reward by layer", _figure(plot_layers(rows), "layers"), "layers"))
     parts.append(_section("Throughput and time split", _figure(plot_time(rows), "time"), "time"))
+    sched = plot_schedule(rows)
+    if sched:
+        parts.append(_section("Scheduling", _figure(sched, "schedule"), "schedule"))
     tables = "".join(f"<h3>{html.escape(n)}</h3>{eval_table(e)}{difficulty_table(e)}" for n, e in evals)
     parts.append(_section("Per-domain evaluation (95% bootstrap CIs)", tables, "domains"))
     if len(evals) >= 2:

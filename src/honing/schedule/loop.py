@@ -31,10 +31,10 @@ from honing.schedule.pipeline import Pipeline, StepBatch
 from honing.schedule.progress import Progress
 from honing.schedule.resume import (INITIAL, choose_step, load_model_weights, load_trainer_state, load_weights_into,
                                     open_state)
-from honing.schedule.rollout_side import LocalRollout, eos_ids_of, train_params
+from honing.schedule.rollout_side import LocalRollout, eos_ids_of
 from honing.schedule.runlog import RunLog, atomic_write_text, prune_checkpoints, save_checkpoint
 from honing.schedule.sampler import Outcome, TaskSampler
-from honing.schedule.setup import (Setup, build_tasks, check_heldout_overlap, informative_groups,  # noqa: F401
+from honing.schedule.setup import (Setup, build_tasks, check_heldout_overlap, informative_groups,
                                    layer_means, multiturn_config, seed_everything, verify_and_score)
 from honing.schedule.state import RunState
 from honing.train import PolicyTrainer, check_train_config, compute_advantages
@@ -64,13 +64,53 @@ def phase(name: str, step: int) -> None:
         print(f"honing-phase {name} {step}", file=sys.stderr, flush=True)
 
 
+class StopRequest:
+    """Ctrl-C or SIGTERM during training asks for a clean stop: the current step finishes,
+    checkpoints and commits, then the run exits (resumable with no work lost). A second signal
+    interrupts at once (the last committed step is still a valid resume point)."""
+
+    def __init__(self) -> None:
+        self.requested: str | None = None
+        self._old: dict = {}
+
+    def __enter__(self) -> "StopRequest":
+        import signal
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._old[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        import signal
+
+        if self.requested:  # second signal: stop now
+            self.__exit__()
+            raise KeyboardInterrupt
+        self.requested = signal.Signals(signum).name
+        print(f"\nhoning: {self.requested}: finishing this step, then checkpointing and stopping "
+              "(again to stop at once)", file=sys.stderr, flush=True)
+
+    def __exit__(self, *exc: object) -> None:
+        import signal
+
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+        self._old = {}
+
+
+class StoppedEarly(Exception):
+    """Raised by `train` after a clean stop on request; the CLI exits 130 with a resume hint."""
+
+
 def make_worker(cfg: RunConfig, engine: TransformersEngine, tok: Any, setup: Setup) -> Any:
     from honing.schedule.workers import InProcessWorker, ProcessWorker
 
     mode = cfg.schedule.workers
     if mode == "process" or (mode == "auto" and cfg.schedule.staleness > 0):
         return ProcessWorker("honing.schedule.rollout_side:build", cfg.model_dump(mode="json"),
-                             threads=max(1, torch.get_num_threads() // 2))
+                             threads=cfg.schedule.worker_threads or max(1, torch.get_num_threads() // 2))
     if cfg.schedule.staleness > 0:  # in one process, stale generation needs its own copy of the policy
         return InProcessWorker(LocalRollout(cfg, setup=setup))
     return InProcessWorker(LocalRollout(cfg, engine, tok, setup))
@@ -181,7 +221,14 @@ def train(cfg: RunConfig, run_dir: Path, show_progress: bool = True, resume: boo
           from_step: int | None = None) -> dict[str, Any]:
     """Run (or resume) the whole job; returns the summary (also written to run_dir/summary.json)."""
     t_start = time.time()
+    with StopRequest() as stop:
+        return _train(cfg, run_dir, show_progress, resume, from_step, t_start, stop)
+
+
+def _train(cfg: RunConfig, run_dir: Path, show_progress: bool, resume: bool, from_step: int | None, t_start: float,
+           stop: StopRequest) -> dict[str, Any]:
     r = Run(cfg, run_dir, show_progress, resume, from_step)
+    r.stop = stop
     state, setup, progress = r.state, r.setup, r.progress
     k = cfg.tasks.samples_per_prompt
     with progress:
@@ -239,6 +286,7 @@ def train(cfg: RunConfig, run_dir: Path, show_progress: bool = True, resume: boo
             bar.advance("resumed")
         samples_total, rl_time = 0, 0.0
         every_ckpt = cfg.checkpoint.every_steps
+        stop = r.stop
         for step in range(start + 1, cfg.train.steps + 1):
             t0 = time.perf_counter()
             phase("rollout", step)
@@ -272,7 +320,7 @@ def train(cfg: RunConfig, run_dir: Path, show_progress: bool = True, resume: boo
                 metrics.update(m_eval)
                 setup.sampler.on_heldout(step, res.get("per_domain_pass@1", {}))
             ckpt, ckpt_step, sched = None, None, None
-            if step == cfg.train.steps or (every_ckpt and step % every_ckpt == 0):
+            if step == cfg.train.steps or (every_ckpt and step % every_ckpt == 0) or stop.requested:
                 pipeline.drain()  # open requests become ready batches, so a resume finds them
                 name = "final" if step == cfg.train.steps else f"step-{step}"
                 with progress.phase(f"checkpoint step {step}"):
@@ -288,11 +336,21 @@ def train(cfg: RunConfig, run_dir: Path, show_progress: bool = True, resume: boo
             _observe_cost(r.cost, batch)
             state.commit_step(step, step, ckpt, ckpt_step, sched, metrics,
                               [(o.task_id, o.domain, o.samples, o.successes, o.mean_reward * o.samples)
-                               for o in outcomes], used, batch.consumed, setup.sampler.drain_events())
+                               for o in outcomes], used, batch.consumed, setup.sampler.drain_events(),
+                              keep_checkpoints=cfg.checkpoint.keep_last)
             r.log.log(step, metrics)
             if ckpt_step == step:
                 prune_checkpoints(r.ckpt_root, cfg.checkpoint.keep_last)
+            for e in (e for e in state.events_at(step) if e.get("kind") in ("weight", "level")):
+                progress.note(f"step {step}: {e.get('domain')}: {e.get('kind')} {e.get('old')} -> {e.get('new')} "
+                              f"({e.get('reason', '')})")
             bar.advance(f"reward {metrics['train/reward']:.2f}  pass {metrics['train/pass_rate']:.2f}  {dt:.1f}s/step")
+            if stop.requested and step < cfg.train.steps:
+                r.worker.close()
+                r.log.close()
+                state.close()
+                raise StoppedEarly(f"stopped on {stop.requested} after step {step} (checkpointed); continue with "
+                                   f"`honing train --resume {run_dir}`")
         phase("final_eval", cfg.train.steps)
         after, m_after = r.evaluate(cfg.train.steps, "after")
         r.log.log(cfg.train.steps, m_after)

@@ -6,24 +6,16 @@ one is never used silently: the error names it and offers the newest intact one.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from honing.schedule.runlog import _sha256
 from honing.schedule.state import RunState, StateError
 
 INITIAL = "initial"  # the step-0 "checkpoint": the starting policy (after SFT, if any)
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def checkpoint_problem(path: Path) -> str | None:

@@ -172,7 +172,8 @@ class RunState:
 
     def commit_step(self, step: int, version: int, checkpoint: str | None, checkpoint_step: int | None,
                     scheduler: dict | None, metrics: dict, outcomes: Sequence[tuple[str, str, int, int, float]],
-                    used: dict[tuple[str, int], str], consumed: Sequence[int], events: Sequence[dict]) -> None:
+                    used: dict[tuple[str, int], str], consumed: Sequence[int], events: Sequence[dict],
+                    keep_checkpoints: int | None = None) -> None:
         """One step, atomically: its row, task outcomes, the statuses of the trajectories it
         used/deferred/dropped, the batches it consumed and its events."""
         with self.tx():
@@ -188,6 +189,10 @@ class RunState:
                                 [(step, b) for b in consumed])
             if checkpoint_step == step:  # resume never goes back past this step: old sampler states can go
                 self.db.execute("UPDATE batches SET sampler_after=NULL WHERE after_step < ?", (step,))
+                if keep_checkpoints:  # pruned checkpoints stop being resume points (step 0 always is one)
+                    self.db.execute("UPDATE steps SET scheduler=NULL WHERE step > 0 AND checkpoint_step=step AND step "
+                                    "NOT IN (SELECT step FROM steps WHERE checkpoint_step=step AND scheduler IS NOT NULL"
+                                    " ORDER BY step DESC LIMIT ?)", (keep_checkpoints,))
             self.db.executemany("INSERT INTO events(step, kind, domain, detail) VALUES(?,?,?,?)",
                                 [(step, e.get("kind", "event"), e.get("domain"), json.dumps(e)) for e in events])
 
@@ -195,6 +200,9 @@ class RunState:
         with self.tx():
             self.db.executemany("INSERT INTO events(step, kind, domain, detail) VALUES(?,?,?,?)",
                                 [(step, e.get("kind", "event"), e.get("domain"), json.dumps(e)) for e in events])
+
+    def events_at(self, step: int) -> list[dict]:
+        return [json.loads(d) for (d,) in self.db.execute("SELECT detail FROM events WHERE step=? ORDER BY id", (step,))]
 
     def last_step(self) -> dict | None:
         r = self.db.execute("SELECT step FROM steps ORDER BY step DESC LIMIT 1").fetchone()
