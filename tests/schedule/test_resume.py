@@ -123,6 +123,8 @@ def test_kill9_at_random_points_then_resume_equals_uninterrupted_run(tmp_path: P
     if kills and log[-1][2] != 0:
         assert _run_and_kill(["--resume", str(run)], None, rng, log) == 0, log
     assert kills >= 5, log
+    for target, last_phase, code in (x for x in log if isinstance(x, tuple)):  # shown with pytest -s
+        print(f"resume cycle: aimed at {target}, stopped at {last_phase}, exit {code}")
 
     a, b = (ref / "checkpoints" / "final" / "model.safetensors").read_bytes(), \
         (run / "checkpoints" / "final" / "model.safetensors").read_bytes()
