@@ -79,7 +79,7 @@ class RunState:
         try:
             self.db = sqlite3.connect(self.path, isolation_level=None, timeout=30)
             self.db.execute("PRAGMA journal_mode=WAL")
-            self.db.execute("PRAGMA synchronous=FULL")  # a committed step survives power loss, not just kill -9
+            self.db.execute("PRAGMA synchronous=NORMAL")  # WAL: a committed step survives kill -9 (FULL adds power loss)
             if create:
                 with self.tx():
                     for stmt in SCHEMA.split(";"):

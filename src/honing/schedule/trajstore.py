@@ -73,6 +73,8 @@ class ShardError(HoningError):
 
 
 def _dumps(obj: Any) -> str:
+    if not obj:  # most single-turn fields are empty: skip the encoder
+        return "{}" if isinstance(obj, dict) else "[]" if isinstance(obj, list) else json.dumps(obj)
     return json.dumps(obj, ensure_ascii=False, allow_nan=True)
 
 
