@@ -170,3 +170,25 @@ def test_sft_bucketed_and_chunked_equals_one_batch(tiny, trajs) -> None:  # noqa
     pa, pb = dict(a.named_parameters()), dict(b.named_parameters())
     # Adam divides by |g| + 1e-8: float rounding of near-zero gradients moves weights by up to ~lr/10.
     assert max(float((pa[k] - pb[k]).abs().max()) for k in pa) < 1e-4
+
+
+def test_decode_batch_compaction_keeps_engine_logprobs_exact(tiny) -> None:  # noqa: ANN001
+    """Rows that finished are dropped from the decode batch (cache rows selected away). With a
+    large end-of-sequence set rows finish at different steps, so compaction happens several
+    times; every sample's log-probs must still be exactly the teacher-forced ones."""
+    from honing.engine import SamplingParams, TransformersEngine
+
+    model, tok = tiny
+    ps = prompts(tok)
+    eos = list(range(3, tok.vocab_size, 4))  # a quarter of the vocabulary ends a row
+    eng = TransformersEngine(model, eos_ids=eos, pad_id=tok.pad_token_id)
+    out = eng.generate(ps, SamplingParams(n=4, max_new_tokens=12, temperature=1.0), seed=5)
+    flat_p = [p for p, g in zip(ps, out) for _ in g]
+    flat = [s for g in out for s in g]
+    lengths = {len(s.token_ids) for s in flat}
+    assert len(lengths) >= 3 and min(lengths) < 6, lengths  # rows really finished at different steps
+    with torch.no_grad():
+        logp, _ = completion_logprobs(model, flat_p, [s.token_ids for s in flat], tok.pad_token_id, 1.0)
+    for i, s in enumerate(flat):
+        n = len(s.token_ids)
+        assert torch.allclose(logp[i, :n], torch.tensor(s.logprobs), atol=2e-5), i

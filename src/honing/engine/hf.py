@@ -87,6 +87,7 @@ class TransformersEngine:
         self.autocast = bf16_autocast and bf16_supported(model.device)
         self.max_batch_size = max_batch_size
         self.version = 0
+        self.compact = True  # drop finished rows from the decode batch once a quarter of it is done
         self._cache_kw = _cache_kwarg(model)
 
     def set_model(self, model: PreTrainedModel) -> None:
@@ -136,9 +137,13 @@ class TransformersEngine:
         next_pos = pos[:, -1:] + 1
         eos = self.eos_ids.to(dev)
         done = torch.zeros(rows, dtype=torch.bool, device=dev)
+        live = torch.arange(rows, device=dev)  # the rows still decoded (finished ones are dropped)
         toks, lps = [], []
         for step in range(params.max_new_tokens):
-            tok, lp = sample_tokens(logits, params, gen if dev.type == "cpu" else None)
+            tok_l, lp_l = sample_tokens(logits, params, gen if dev.type == "cpu" else None)
+            tok = torch.full((rows,), self.pad_id, dtype=tok_l.dtype, device=dev)
+            lp = torch.zeros(rows, dtype=lp_l.dtype, device=dev)
+            tok[live], lp[live] = tok_l, lp_l
             tok = torch.where(done, torch.full_like(tok, self.pad_id), tok)
             toks.append(tok)
             lps.append(lp)
@@ -146,9 +151,14 @@ class TransformersEngine:
             done = done | newly
             if bool(done.all()) or step == params.max_new_tokens - 1:
                 break
-            mask = torch.cat([mask, torch.ones((rows, 1), dtype=mask.dtype, device=dev)], dim=1)
+            keep = ~done[live]
+            if self.compact and int(keep.sum()) <= 0.75 * len(live):  # stop computing finished rows
+                idx = keep.nonzero().squeeze(1)
+                cache.batch_select_indices(idx)
+                live, mask, next_pos = live[idx], mask[idx], next_pos[idx]
+            mask = torch.cat([mask, torch.ones((len(live), 1), dtype=mask.dtype, device=dev)], dim=1)
             with autocast_ctx(self.autocast, dev):
-                logits = self.model(input_ids=tok[:, None], attention_mask=mask, position_ids=next_pos,
+                logits = self.model(input_ids=tok[live][:, None], attention_mask=mask, position_ids=next_pos,
                                     use_cache=True, **{self._cache_kw: cache}).logits[:, -1]
             next_pos = next_pos + 1
         tok_m = torch.stack(toks, 1).cpu()
