@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from honing.schedule.runlog import _sha256
+from honing.schedule.runlog import file_sha256
 from honing.schedule.state import RunState, StateError
 
 INITIAL = "initial"  # the step-0 "checkpoint": the starting policy (after SFT, if any)
@@ -31,7 +31,7 @@ def checkpoint_problem(path: Path) -> str | None:
         f = path / rel
         if not f.is_file():
             return f"{f} is missing"
-        if _sha256(f) != digest:
+        if file_sha256(f) != digest:
             return f"{f} does not match its sha256 in the manifest (truncated or corrupted)"
     return None
 

@@ -49,7 +49,7 @@ class RunLog:
             self.tb.close()
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -72,7 +72,7 @@ def save_checkpoint(ckpt_dir: Path, model: Any, tokenizer: Any, trainer_state: d
         adapter_model.save_pretrained(tmp / "adapter")
     rng = {"torch": torch.get_rng_state()}
     torch.save({**trainer_state, "rng": rng, "global_step": step}, tmp / "trainer_state.pt")
-    files = {str(p.relative_to(tmp)): _sha256(p) for p in sorted(tmp.rglob("*")) if p.is_file()}
+    files = {str(p.relative_to(tmp)): file_sha256(p) for p in sorted(tmp.rglob("*")) if p.is_file()}
     (tmp / "manifest.json").write_text(json.dumps({"step": step, "files": files}, indent=1))
     if ckpt_dir.exists():
         shutil.rmtree(ckpt_dir)

@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from honing.errors import HoningError
+from honing.schedule.runlog import file_sha256
 from honing.rollout.types import Trajectory, Turn
 from honing.verify.types import Verdict
 
@@ -153,14 +154,6 @@ def _digest(table: pa.Table) -> str:
     return h.hexdigest()
 
 
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def write_shard(path: Path, trajs: Sequence[Trajectory], step: int,
                 extra: dict[str, list] | None = None) -> tuple[str, int]:
     """Write `trajs` (and optional `extra` columns, one value per trajectory) as one Parquet
@@ -188,7 +181,7 @@ def write_shard(path: Path, trajs: Sequence[Trajectory], step: int,
             pq.write_table(table, f, compression="zstd", write_page_checksum=True)
             f.flush()
             os.fsync(f.fileno())
-        digest = _sha256_file(tmp)
+        digest = file_sha256(tmp)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
