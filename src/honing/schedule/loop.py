@@ -34,7 +34,7 @@ from honing.schedule.resume import (INITIAL, choose_step, load_model_weights, lo
 from honing.schedule.rollout_side import LocalRollout, eos_ids_of
 from honing.schedule.runlog import RunLog, atomic_write_text, prune_checkpoints, save_checkpoint
 from honing.schedule.sampler import Outcome, TaskSampler
-from honing.schedule.setup import (Setup, build_tasks, check_heldout_overlap, informative_groups,
+from honing.schedule.setup import (Setup, batch_scores, build_tasks, check_heldout_overlap, informative_groups,
                                    layer_means, multiturn_config, seed_everything, verify_and_score)
 from honing.schedule.state import RunState
 from honing.train import PolicyTrainer, check_train_config, compute_advantages
@@ -125,18 +125,6 @@ def _outcomes(batch: StepBatch) -> list[Outcome]:
         a[2] += sum(bool(t.verdict and t.verdict.passed) for t in g.trajs)
         a[3] += sum(t.reward for t in g.trajs)
     return [Outcome(tid, d, n, s, r / n) for tid, (d, n, s, r) in acc.items()]
-
-
-def _scores(trajs: list, batch: StepBatch, k: int) -> dict[str, float]:
-    groups = [g.trajs for g in batch.used]
-    n = max(len(trajs), 1)
-    return {"reward": sum(t.reward for t in trajs) / n,
-            "pass_rate": sum(bool(t.verdict and t.verdict.passed) for t in trajs) / n,
-            "solve_none_frac": sum(all(x.reward == 0 for x in g) for g in groups) / max(len(groups), 1),
-            "solve_all_frac": sum(all(x.verdict.passed for x in g) for g in groups) / max(len(groups), 1),
-            "completion_len": sum(len(t.completion_ids) for t in trajs) / n,
-            "truncated_frac": sum(t.finish_reason == "length" for t in trajs) / n,
-            "groups": float(len(groups))}
 
 
 class Run:
@@ -309,7 +297,8 @@ def _train(cfg: RunConfig, run_dir: Path, show_progress: bool, resume: bool, fro
             rl_time += dt
             outcomes = _outcomes(batch)
             setup.sampler.observe(step, outcomes)
-            metrics = {**{f"train/{key}": v for key, v in _scores(trajs, batch, k).items()}, **layer_means(trajs),
+            metrics = {**{f"train/{key}": v for key, v in batch_scores(trajs, [g.trajs for g in batch.used]).items()},
+                       "train/groups": float(len(batch.used)), **layer_means(trajs),
                        **{f"train/{key}": v for key, v in upd.items()}, **batch.stats,
                        **setup.sampler.metrics(), "time/update_s": update_s, "time/step_s": dt,
                        "time/samples_per_s": len(trajs) / dt,

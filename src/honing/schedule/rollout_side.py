@@ -52,7 +52,7 @@ class LocalRollout:
 
     def load_weights(self, state: dict[str, torch.Tensor] | None, version: int) -> None:
         if state:
-            self.engine.model.load_state_dict(state, strict=False)
+            self.engine.model.load_state_dict(state)
         self.engine.version = version
 
     def run(self, payload: dict, seed: int) -> RolloutBatch:

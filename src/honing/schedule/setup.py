@@ -120,19 +120,25 @@ def verify_and_score(trajs: list[Trajectory], tasks: Sequence[Task], setup: Setu
         adv = compute_advantages(rewards_t, group_size, train_cfg) if train_cfg else grpo_advantages(rewards_t, group_size, scale=scale)
         for t, a in zip(kept, adv.tolist()):
             t.advantage = a
-    rewards = [t.reward for t in kept] or [0.0]
     groups = [kept[i:i + group_size] for i in range(0, len(kept), group_size)]
     return kept, {
-        "reward": sum(rewards) / len(rewards),
-        "pass_rate": sum(bool(t.verdict and t.verdict.passed) for t in kept) / max(len(kept), 1),
-        "solve_none_frac": sum(all(x.reward == 0 for x in g) for g in groups) / max(len(groups), 1),
-        "solve_all_frac": sum(all(x.verdict.passed for x in g) for g in groups) / max(len(groups), 1),
-        "completion_len": sum(len(t.completion_ids) for t in kept) / max(len(kept), 1),
-        "truncated_frac": sum(t.finish_reason == "length" for t in kept) / max(len(kept), 1),
+        **batch_scores(kept, groups),
         "infra_errors": float(n_infra),
         "dropped_groups": float(len(bad_groups)),
         **layer_means(kept),
     }
+
+
+def batch_scores(trajs: Sequence[Trajectory], groups: Sequence[Sequence[Trajectory]]) -> dict[str, float]:
+    """What a step trained on: mean reward and pass rate, groups solved by none / all samples,
+    completion length and the truncated fraction."""
+    n = max(len(trajs), 1)
+    return {"reward": sum(t.reward for t in trajs) / n,
+            "pass_rate": sum(bool(t.verdict and t.verdict.passed) for t in trajs) / n,
+            "solve_none_frac": sum(all(x.reward == 0 for x in g) for g in groups) / max(len(groups), 1),
+            "solve_all_frac": sum(all(x.verdict.passed for x in g) for g in groups) / max(len(groups), 1),
+            "completion_len": sum(len(t.completion_ids) for t in trajs) / n,
+            "truncated_frac": sum(t.finish_reason == "length" for t in trajs) / n}
 
 
 def informative_groups(trajs: list[Trajectory], group_size: int) -> tuple[list[Trajectory], int]:
