@@ -144,7 +144,7 @@ ATTACKS = {
                         pass
         def solve(x): return None
     """,
-    "read_hidden_tests": f"""
+    "read_hidden_tests": """
         import os, re
         FOUND = []
         def scan(data):

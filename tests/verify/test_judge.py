@@ -22,9 +22,8 @@ try:  # module level: FastAPI resolves the endpoint's (string) annotations in mo
     from fastapi.responses import JSONResponse
 except ImportError:  # pragma: no cover - dev dependency; the HTTP tests skip without it
     FastAPI = None  # type: ignore[assignment,misc]
-from honing.rollout.types import Trajectory
 from honing.tasks.types import Task, VerifierSpec
-from honing.verify import VerifyContext, get_verifier, grade
+from honing.verify import VerifyContext, grade
 from honing.verify.judge import DEFAULTS, VerdictParseError, build_messages, parse_verdict, precheck, register_judge
 
 QUESTION = "Explain in two or three sentences why the sky looks blue during the day."
