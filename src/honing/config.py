@@ -214,6 +214,12 @@ class TrainConfig(_Node):
     """Optimizer steps per epoch: the batch is shuffled and split into this many mini-batches."""
     micro_batch_tokens: int = Field(0, ge=0)
     """Padded-token budget per forward/backward: sequences sorted by length and packed up to it (0: micro_batch_size)."""
+    share_prompt: bool = True
+    """Run each distinct prompt once for all its completions in the trainer's forward (a 4D mask
+    keeps completions apart; same log-probs and gradients as one row per sample). Falls back to
+    one row per sample for models without plain lm_head logits or a custom-mask attention."""
+    packed_row_tokens: int = Field(1024, gt=0)
+    """With share_prompt: most tokens in one [prompt | completions...] row (attention is quadratic in it)."""
     logprob_chunk_tokens: int = Field(4096, ge=0)
     """Compute log-probs this many (row x position) tokens at a time, never the whole batch's vocabulary logits (0: off)."""
     gradient_checkpointing: bool = False

@@ -59,8 +59,8 @@ def test_token_budget_batches_sort_and_respect_budget() -> None:
 def test_bucketed_micro_batches_equal_one_padded_batch(tiny, trajs) -> None:  # noqa: ANN001
     _, tok = tiny
     budget = 3 * (len(trajs[0].prompt_ids) + 8)
-    bucketed = make_trainer(build_tiny_random(seed=0)[0], tok, micro_batch_tokens=budget)
-    padded = make_trainer(build_tiny_random(seed=0)[0], tok, micro_batch_size=8)
+    bucketed = make_trainer(build_tiny_random(seed=0)[0], tok, micro_batch_tokens=budget, share_prompt=False)
+    padded = make_trainer(build_tiny_random(seed=0)[0], tok, micro_batch_size=8, share_prompt=False)
     assert len(bucketed._micro_batches([_S(t) for t in trajs])) > 2
     mb, mp = bucketed.step(trajs), padded.step(trajs)
     assert mb["loss"] == pytest.approx(mp["loss"], rel=1e-5)

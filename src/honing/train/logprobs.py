@@ -53,6 +53,125 @@ def _chunk_logp(head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tens
     return torch.log_softmax(logits, dim=-1).gather(-1, targets[..., None]).squeeze(-1)
 
 
+def head_logprobs(head: torch.nn.Module, h: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0,
+                  chunk_tokens: int = 0) -> torch.Tensor:
+    """log softmax(head(h) / T)[target] for flat hidden states h [N, H] and targets [N], chunk_tokens
+    rows at a time (0: all at once); with several chunks under grad each is checkpointed, so at
+    most one chunk's [chunk, vocab] logits exist at once, in the forward and the backward pass."""
+    N = h.shape[0]
+    width = chunk_tokens if chunk_tokens > 0 else max(N, 1)
+    recompute = torch.is_grad_enabled() and h.requires_grad and N > width
+    out = []
+    for c0 in range(0, N, width):
+        hc, tc = h[c0:c0 + width], targets[c0:c0 + width]
+        out.append(checkpoint(_chunk_logp, head, hc, tc, temperature, use_reentrant=False) if recompute
+                   else _chunk_logp(head, hc, tc, temperature))
+    return torch.cat(out) if out else h.new_zeros((0,))
+
+
+def shared_prompt_rows(prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]],
+                       max_row_tokens: int) -> list[list[int]]:
+    """Rows of a shared-prompt layout: sequence indices grouped by identical prompt (first-seen
+    order), each group split into consecutive runs whose prompt + completions fit
+    max_row_tokens (a run holds at least one completion)."""
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for i, p in enumerate(prompts):
+        groups.setdefault(tuple(p), []).append(i)
+    rows: list[list[int]] = []
+    for p, idx in groups.items():
+        cur: list[int] = []
+        n = len(p)
+        for i in idx:
+            c = len(completions[i])
+            if cur and n + c > max_row_tokens:
+                rows.append(cur)
+                cur, n = [], len(p)
+            cur.append(i)
+            n += c
+        rows.append(cur)
+    return rows
+
+
+def shared_prompt_supported(model: PreTrainedModel) -> bool:
+    """The shared-prompt layout needs plain lm_head logits and an attention that takes a custom
+    4D mask (sdpa / eager), with no sliding window that the custom mask would override."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    cfg = base.config
+    sliding = (getattr(cfg, "sliding_window", None) and getattr(cfg, "use_sliding_window", True)) or \
+        "sliding_attention" in (getattr(cfg, "layer_types", None) or [])
+    return (_head_and_decoder(model) is not None and not sliding
+            and getattr(cfg, "_attn_implementation", "eager") in ("sdpa", "eager"))
+
+
+def shared_prompt_logprobs(model: PreTrainedModel, prompts: Sequence[Sequence[int]],
+                           completions: Sequence[Sequence[int]], pad_id: int, temperature: float = 1.0,
+                           chunk_tokens: int = 0, max_row_tokens: int = 1024) -> tuple[torch.Tensor, torch.Tensor]:
+    """completion_logprobs with each distinct prompt run once for all of its completions.
+
+    A GRPO group's n samples share their prompt. Each row here is [prompt | c_1 | c_2 | ... | c_k]
+    with a 4D mask under which c_j attends to the prompt and to its own earlier tokens only, and
+    positions that restart after the prompt for every c_j: every log-prob equals the one computed
+    with [prompt | c_j] alone (the prompt's gradient is the sum over its completions, as autograd
+    does for the shared activations). The prompt is computed once per row instead of once per
+    sample, and completions are packed with no padding between them. Rows are capped at
+    max_row_tokens (attention is quadratic in the row). Same outputs as completion_logprobs:
+    ([B, C] log-probs, [B, C] mask), C the longest completion.
+    """
+    parts = _head_and_decoder(model)
+    assert parts is not None, "shared_prompt_logprobs needs plain lm_head logits (see shared_prompt_supported)"
+    dec, head = parts
+    dev = model.device
+    B, C = len(prompts), max(max((len(c) for c in completions), default=1), 1)
+    rows = [r for r in shared_prompt_rows(prompts, completions, max_row_tokens)
+            if any(completions[i] for i in r)]
+    cmask = torch.zeros((B, C), dtype=torch.float32)
+    for i, c in enumerate(completions):
+        cmask[i, :len(c)] = 1.0
+    if not rows:
+        return torch.zeros((B, C), device=dev), cmask.to(dev)
+    lengths = [len(prompts[r[0]]) + sum(len(completions[i]) for i in r) for r in rows]
+    R, W = len(rows), max(lengths)
+    ids = torch.full((R, W), pad_id, dtype=torch.long)
+    pos = torch.zeros((R, W), dtype=torch.long)
+    attn = torch.zeros((R, 1, W, W), dtype=torch.bool)
+    g_row: list[int] = []
+    g_col: list[int] = []
+    tgt: list[int] = []
+    out_b: list[int] = []
+    out_t: list[int] = []
+    for r, row in enumerate(rows):
+        p = prompts[row[0]]
+        P = len(p)
+        ids[r, :P] = torch.tensor(list(p), dtype=torch.long)
+        pos[r, :P] = torch.arange(P)
+        attn[r, 0, :P, :P] = torch.ones((P, P), dtype=torch.bool).tril()
+        o = P
+        for i in row:
+            c = completions[i]
+            n = len(c)
+            if not n:
+                continue
+            ids[r, o:o + n] = torch.tensor(list(c), dtype=torch.long)
+            pos[r, o:o + n] = torch.arange(P, P + n)
+            attn[r, 0, o:o + n, :P] = True
+            attn[r, 0, o:o + n, o:o + n] = torch.ones((n, n), dtype=torch.bool).tril()
+            g_row += [r] * n
+            g_col += [P - 1] + list(range(o, o + n - 1))  # the position that predicts each token
+            tgt += list(c)
+            out_b += [i] * n
+            out_t += range(n)
+            o += n
+        idx = torch.arange(o, W)
+        attn[r, 0, idx, idx] = True  # padding attends to itself (no all-masked rows)
+    ids, pos, attn = ids.to(dev), pos.to(dev), attn.to(dev)
+    hidden = dec(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=False).last_hidden_state
+    h = hidden[torch.tensor(g_row, device=dev), torch.tensor(g_col, device=dev)]
+    lp = head_logprobs(head, h, torch.tensor(tgt, device=dev), temperature, chunk_tokens)
+    logp = torch.zeros((B, C), dtype=lp.dtype, device=dev).index_put(
+        (torch.tensor(out_b, device=dev), torch.tensor(out_t, device=dev)), lp)
+    return logp, cmask.to(dev)
+
+
 def completion_logprobs(model: PreTrainedModel, prompts: Sequence[Sequence[int]],
                         completions: Sequence[Sequence[int]], pad_id: int,
                         temperature: float = 1.0, chunk_tokens: int = 0) -> tuple[torch.Tensor, torch.Tensor]:

@@ -6,16 +6,15 @@ import random
 from collections.abc import Callable, Iterator, Sequence
 
 import torch
-from torch.utils.checkpoint import checkpoint
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from honing.engine.hf import autocast_ctx, bf16_supported
 from honing.rollout.single import prompt_ids
 from honing.tasks.types import Task
 from honing.train.logprobs import (
-    _chunk_logp,
     _head_and_decoder,
     completion_logprobs,
+    head_logprobs,
     token_budget_batches,
 )
 from honing.train.losses import token_mean
@@ -111,16 +110,7 @@ def packed_logprobs(model: PreTrainedModel, demos: Sequence[Demo], rows: Sequenc
         return torch.log_softmax(logits[g_row, g_col].float(), dim=-1).gather(-1, tgt[:, None]).squeeze(-1)
     dec, head = parts
     hidden = dec(input_ids=ids, position_ids=pos, attention_mask=None, use_cache=False).last_hidden_state
-    h = hidden[g_row, g_col]
-    N = h.shape[0]
-    width = chunk_tokens if chunk_tokens > 0 else max(N, 1)
-    recompute = torch.is_grad_enabled() and h.requires_grad and N > width
-    out = []
-    for c0 in range(0, N, width):
-        hc, tc = h[c0:c0 + width], tgt[c0:c0 + width]
-        out.append(checkpoint(_chunk_logp, head, hc, tc, 1.0, use_reentrant=False) if recompute
-                   else _chunk_logp(head, hc, tc, 1.0))
-    return torch.cat(out) if out else h.new_zeros((0,))
+    return head_logprobs(head, hidden[g_row, g_col], tgt, 1.0, chunk_tokens)
 
 
 def _row_groups(rows: list[list[int]], lengths: Sequence[int], budget: int) -> list[list[list[int]]]:

@@ -28,7 +28,13 @@ from honing.config import LoraConfig, TrainConfig
 from honing.engine.hf import autocast_ctx, bf16_supported
 from honing.rollout.types import Trajectory
 from honing.train.advantages import compute_advantages
-from honing.train.logprobs import completion_logprobs, token_budget_batches
+from honing.train.logprobs import (
+    completion_logprobs,
+    shared_prompt_logprobs,
+    shared_prompt_rows,
+    shared_prompt_supported,
+    token_budget_batches,
+)
 from honing.train.losses import (KL_ESTIMATORS, aggregate_loss, cispo_loss, gspo_loss, ppo_clip_loss,
                                  sequence_ratio_mask, tis_weights)
 
@@ -137,6 +143,7 @@ class PolicyTrainer:
             else:
                 self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kw)
         self.autocast = bf16_autocast and bf16_supported(self.model.device)
+        self.share_prompt = cfg.share_prompt and shared_prompt_supported(self.model)
         params = [p for p in self.model.parameters() if p.requires_grad]
         self.opt = torch.optim.AdamW(params, lr=cfg.learning_rate, betas=cfg.betas, weight_decay=cfg.weight_decay)
         warm = cfg.warmup_steps
@@ -149,15 +156,25 @@ class PolicyTrainer:
 
     def _micro_batches(self, seqs: Sequence[_Seq]) -> list[list[_Seq]]:
         cfg = self.cfg
+        if cfg.micro_batch_tokens and self.share_prompt:  # budget over [prompt | completions...] rows
+            rows = shared_prompt_rows([s.traj.prompt_ids for s in seqs], [s.traj.completion_ids for s in seqs],
+                                      cfg.packed_row_tokens)
+            lengths = [(len(seqs[r[0]].traj.prompt_ids), sum(len(seqs[i].traj.completion_ids) for i in r))
+                       for r in rows]
+            return [[seqs[i] for j in b for i in rows[j]]
+                    for b in token_budget_batches(lengths, cfg.micro_batch_tokens)]
         if cfg.micro_batch_tokens:
             lengths = [(len(s.traj.prompt_ids), len(s.traj.completion_ids)) for s in seqs]
             return [[seqs[i] for i in b] for b in token_budget_batches(lengths, cfg.micro_batch_tokens)]
         return [list(seqs[i:i + cfg.micro_batch_size]) for i in range(0, len(seqs), cfg.micro_batch_size)]
 
     def _logprobs(self, model: PreTrainedModel, micro: Sequence[_Seq]) -> torch.Tensor:
+        prompts, completions = [s.traj.prompt_ids for s in micro], [s.traj.completion_ids for s in micro]
         with autocast_ctx(self.autocast, self.model.device):
-            return completion_logprobs(model, [s.traj.prompt_ids for s in micro],
-                                       [s.traj.completion_ids for s in micro], self.pad_id, self.temperature,
+            if self.share_prompt:
+                return shared_prompt_logprobs(model, prompts, completions, self.pad_id, self.temperature,
+                                              self.cfg.logprob_chunk_tokens, self.cfg.packed_row_tokens)[0]
+            return completion_logprobs(model, prompts, completions, self.pad_id, self.temperature,
                                        self.cfg.logprob_chunk_tokens)[0]
 
     @torch.no_grad()
