@@ -7,6 +7,10 @@ PPO-clip, TRL's default 'dapo'), group-normalised advantages and no KL (beta = 0
 model in either). Each uses its best CPU settings: bf16 autocast where the CPU has bf16
 (AMX / AVX512-BF16), otherwise fp32 (`--bf16 on|off` forces it: measure both on a new machine),
 and gradient checkpointing off for both (TRL's default is on; `--gradient-checkpointing`).
+honing also generates from a bf16 copy of the policy synced after each update
+(`generation.weights=auto`) and runs each group's prompt once in the update with completions
+packed behind it (`train.share_prompt`); TRL's nearest options are its generation path
+(`--trl-generation static|continuous`; the default measured fastest here, see the issue 6 note).
 The first step is trained but not timed (`--warmup-steps`).
 
 TRL runs `trainer.train()` in a worker thread whose callback hands control back after every
@@ -39,7 +43,7 @@ import torch
 
 from honing.config import load_config
 from honing.engine import SamplingParams, TransformersEngine
-from honing.engine.hf import bf16_supported
+from honing.engine.hf import bf16_supported, engine_weights_dtype
 from honing.eval import evaluate
 from honing.models import load_policy
 from honing.schedule.loop import build_tasks, seed_everything, verify_and_score
@@ -98,6 +102,9 @@ def main() -> None:
     ap.add_argument("--warmup-steps", type=int, default=1, help="first steps trained but not timed (allocator warm-up)")
     ap.add_argument("--bf16", choices=["auto", "on", "off"], default="auto",
                     help="bf16 autocast for both (auto: where the CPU has bf16; measure both on a new machine)")
+    ap.add_argument("--trl-generation", choices=["default", "static", "continuous"], default="default",
+                    help="TRL's generation path: model.generate with a dynamic cache (default), a static cache "
+                         "(cache_implementation='static'), or transformers continuous batching")
     ap.add_argument("overrides", nargs="*", help="extra honing config overrides (e.g. train.micro_batch_tokens=4096)")
     args = ap.parse_args()
 
@@ -116,13 +123,16 @@ def main() -> None:
     seed_everything(cfg.seed)
     step_tasks = [setup.sampler.next(args.prompts) for _ in range(args.steps)]  # the same tasks, same order
     flat_tasks = [t for ts in step_tasks for t in ts]
-    print(f"threads {torch.get_num_threads()}  bf16 {bf16}  steps {args.steps}  "
+    print(f"threads {torch.get_num_threads()}  bf16 {bf16}  honing generation weights {cfg.generation.weights}  "
+          f"share_prompt {cfg.train.share_prompt}  steps {args.steps}  "
           f"{args.prompts} prompts x {args.samples} samples  max_new_tokens {args.max_new_tokens}  lr {args.lr}")
 
     # --- honing ---------------------------------------------------------------------------------
     model_h, tok = load_policy(cfg.model.name, seed=cfg.seed)
     eos = [i for i in {tok.eos_token_id, tok.convert_tokens_to_ids("<|im_end|>")} if isinstance(i, int) and i >= 0]
-    engine_h = TransformersEngine(model_h, eos, tok.pad_token_id, cfg.model.bf16_autocast, cfg.generation.max_batch_size)
+    gen_dtype = engine_weights_dtype(cfg.generation.weights, cfg.model.bf16_autocast)
+    engine_h = TransformersEngine(model_h, eos, tok.pad_token_id, cfg.model.bf16_autocast, cfg.generation.max_batch_size,
+                                  gen_dtype)
     g = cfg.generation
     params = SamplingParams(g.max_new_tokens, g.temperature, g.top_p, g.top_k, args.samples)
     eval_params = SamplingParams(g.max_new_tokens, 0.0, 1.0, 0, 1)
@@ -161,7 +171,9 @@ def main() -> None:
         loss_type="dapo", scale_rewards="group", temperature=g.temperature, top_p=1.0, shuffle_dataset=False,
         use_cpu=True, bf16=bf16, logging_steps=1, report_to="none", save_strategy="no", seed=cfg.seed,
         dataloader_num_workers=0, disable_tqdm=True, log_completions=False,
-        gradient_checkpointing=args.gradient_checkpointing)
+        gradient_checkpointing=args.gradient_checkpointing,
+        cache_implementation="static" if args.trl_generation == "static" else None,
+        use_transformers_continuous_batching=args.trl_generation == "continuous")
 
     monitor = RssMonitor()
     turn_trl, turn_main = threading.Semaphore(0), threading.Semaphore(0)
@@ -233,7 +245,7 @@ def main() -> None:
     trl_model = trainer_t.model.to(torch.float32)
     after_h = heldout(engine_h)
     after_t = heldout(TransformersEngine(trl_model, eos, tok.pad_token_id, cfg.model.bf16_autocast,
-                                         cfg.generation.max_batch_size))
+                                         cfg.generation.max_batch_size, gen_dtype))
     half = max(1, args.steps // 2)
 
     def halves(xs: list[float]) -> str:

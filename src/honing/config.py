@@ -97,6 +97,10 @@ class GenerationConfig(_Node):
     """Top-k sampling (0: off)."""
     max_batch_size: int = Field(64, gt=0)
     """Most sequences decoded together in one generate call."""
+    weights: Literal["auto", "shared", "bf16"] = "auto"
+    """Generation weights: 'shared' decodes with the trainer's module (under autocast when on);
+    'bf16' keeps a bf16 copy synced after every update (faster decoding, a small logged
+    engine/trainer mismatch); 'auto' is 'bf16' when model.bf16_autocast is on and the device has bf16."""
 
 
 class VerifyConfig(_Node):

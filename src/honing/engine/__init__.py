@@ -7,11 +7,11 @@ from typing import Any
 
 from honing.engine.types import Engine, Sample, SamplingParams
 
-__all__ = ["Engine", "Sample", "SamplingParams", "TransformersEngine", "bf16_supported"]
+__all__ = ["Engine", "Sample", "SamplingParams", "TransformersEngine", "bf16_supported", "engine_weights_dtype"]
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("TransformersEngine", "bf16_supported"):
+    if name in ("TransformersEngine", "bf16_supported", "engine_weights_dtype"):
         from honing.engine import hf
 
         return getattr(hf, name)

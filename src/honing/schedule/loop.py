@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from honing.config import RunConfig, dump_config
-from honing.engine import SamplingParams, TransformersEngine
+from honing.engine import SamplingParams, TransformersEngine, engine_weights_dtype
 from honing.eval import evaluate
 from honing.models import load_policy
 from honing.schedule.orchestrate import CostModel
@@ -143,7 +143,8 @@ class Run:
         self.model, self.tok = load_policy(cfg.model.name, seed=cfg.seed)
         self.eos = eos_ids_of(self.tok)
         self.engine = TransformersEngine(self.model, self.eos, self.tok.pad_token_id, cfg.model.bf16_autocast,
-                                         cfg.generation.max_batch_size)
+                                         cfg.generation.max_batch_size, engine_weights_dtype(
+                                             cfg.generation.weights, cfg.model.bf16_autocast, self.model.device))
         self.progress = Progress(enabled=show_progress)
         self.resume_row: dict | None = None
         run_dir.mkdir(parents=True, exist_ok=True)

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from honing.config import RunConfig
-from honing.engine import SamplingParams, TransformersEngine
+from honing.engine import SamplingParams, TransformersEngine, engine_weights_dtype
 from honing.schedule.orchestrate import CostModel, Orchestrator, RolloutBatch
 from honing.tasks.types import task_from_json
 
@@ -41,8 +41,11 @@ class LocalRollout:
             from honing.models import load_policy
 
             model, tok = load_policy(cfg.model.name, seed=cfg.seed)
+            dtype = engine_weights_dtype(cfg.generation.weights, cfg.model.bf16_autocast, model.device)
+            if dtype is not None:  # the process's own copy: in the engine's dtype, no second copy
+                model = model.to(dtype).requires_grad_(False)
             engine = TransformersEngine(model, eos_ids_of(tok), tok.pad_token_id, cfg.model.bf16_autocast,
-                                        cfg.generation.max_batch_size)
+                                        cfg.generation.max_batch_size, dtype)
         self.engine, self.tok = engine, tok
         self.setup = setup or build_tasks(cfg)
         params = train_params(cfg)
@@ -51,9 +54,7 @@ class LocalRollout:
                                  cost=CostModel(), max_batch_tasks=0)
 
     def load_weights(self, state: dict[str, torch.Tensor] | None, version: int) -> None:
-        if state:
-            self.engine.model.load_state_dict(state)
-        self.engine.version = version
+        self.engine.load_weights(state or None, version)
 
     def run(self, payload: dict, seed: int) -> RolloutBatch:
         tasks = [task_from_json(t) for t in payload["tasks"]]
