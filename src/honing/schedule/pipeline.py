@@ -9,6 +9,7 @@ a Parquet shard and the run state before anything trains on it.
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections import Counter
@@ -238,6 +239,4 @@ class Pipeline:
 
     def _meta_of(self, bid: int) -> dict:
         r = self.state.db.execute("SELECT for_step, version, payload FROM batches WHERE batch_id=?", (bid,)).fetchone()
-        import json
-
         return {"for_step": r[0], "version": r[1], "round": json.loads(r[2]).get("round", 0)}
