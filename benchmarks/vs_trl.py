@@ -29,7 +29,8 @@ both final models), ending with
 Usage (quick end-to-end check, then the real measurement on a quiet machine):
 
     .venv/bin/python benchmarks/vs_trl.py --steps 2 --heldout 4 --max-new-tokens 16
-    .venv/bin/python benchmarks/vs_trl.py --steps 30
+    .venv/bin/python benchmarks/vs_trl.py --steps 30 seed=1
+    .venv/bin/python benchmarks/vs_trl.py --steps 30 seed=1 --skip-trl generation.weights=shared  # ablation
 """
 
 from __future__ import annotations
@@ -107,6 +108,9 @@ def main() -> None:
     ap.add_argument("--trl-generation", choices=["default", "static", "continuous"], default="default",
                     help="TRL's generation path: model.generate with a dynamic cache (default), a static cache "
                          "(cache_implementation='static'), or transformers continuous batching")
+    ap.add_argument("--skip-trl", action="store_true",
+                    help="honing alone (ablations of honing's own options, e.g. generation.weights=shared; "
+                         "honing's run does not depend on TRL's, so its numbers pair with a full run's)")
     ap.add_argument("overrides", nargs="*", help="extra honing config overrides (e.g. train.micro_batch_tokens=4096)")
     args = ap.parse_args()
 
@@ -149,6 +153,10 @@ def main() -> None:
     trainer_h = PolicyTrainer(model_h, tok.pad_token_id, cfg.train, cfg.model.lora, cfg.model.bf16_autocast,
                               g.temperature, seed=cfg.seed)
     engine_h.set_model(trainer_h.model)
+
+    if args.skip_trl:
+        run_honing_only(args, step_tasks, setup, engine_h, tok, trainer_h, params, cfg, heldout, base_reward)
+        return
 
     # --- TRL ------------------------------------------------------------------------------------
     model_t, _ = load_policy(cfg.model.name, seed=cfg.seed)
@@ -268,6 +276,31 @@ def main() -> None:
     print(f"(base model held-out reward {base_reward:.3f}; TRL gradient_checkpointing="
           f"{trl_args.gradient_checkpointing}, honing train.gradient_checkpointing={cfg.train.gradient_checkpointing})")
     print(f"RATIO honing_vs_trl_samples_per_s={sps_h / sps_t:.2f} heldout_reward honing={after_h:.3f} trl={after_t:.3f}")
+
+
+def run_honing_only(args: argparse.Namespace, step_tasks: list, setup: Any, engine_h: TransformersEngine, tok: Any,
+                    trainer_h: PolicyTrainer, params: SamplingParams, cfg: Any, heldout: Any,
+                    base_reward: float) -> None:
+    """--skip-trl: the same honing steps as a full run, then the same summary for honing only."""
+    times, rewards = [], []
+    for step, tasks in enumerate(step_tasks, start=1):
+        t0 = time.perf_counter()
+        trajs = setup.roll_out(engine_h, tok, tasks, params, cfg.seed * 100_003 + step)
+        trajs, stats = verify_and_score(trajs, tasks, setup, args.samples, cfg.train.scale_rewards, 1.0, cfg.train)
+        trainer_h.step(trajs)
+        engine_h.load_weights(None, version=step)
+        times.append(time.perf_counter() - t0)
+        rewards.append(stats["reward"])
+        print(f"step {step:3d}  honing {times[-1]:6.2f} s reward {rewards[-1]:.3f}", flush=True)
+    skip = args.warmup_steps if args.steps > args.warmup_steps else 0
+    timed = times[skip:]
+    half = max(1, args.steps // 2)
+    first, second = rewards[:half], rewards[half:] or rewards[:half]
+    after = heldout(engine_h)
+    print(f"\nhoning alone: samples/s {args.prompts * args.samples * len(timed) / sum(timed):.2f}  "
+          f"train reward 1st -> 2nd half {sum(first) / len(first):.3f} -> {sum(second) / len(second):.3f}  "
+          f"held-out {base_reward:.3f} -> {after:.3f}")
+    print(f"HONING_ONLY heldout_reward={after:.3f} train_reward_2nd_half={sum(second) / len(second):.3f}")
 
 
 if __name__ == "__main__":
