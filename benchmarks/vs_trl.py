@@ -112,7 +112,9 @@ def main() -> None:
                     help="honing alone (ablations of honing's own options, e.g. generation.weights=shared; "
                          "honing's run does not depend on TRL's, so its numbers pair with a full run's)")
     ap.add_argument("overrides", nargs="*", help="extra honing config overrides (e.g. train.micro_batch_tokens=4096)")
-    args = ap.parse_args()
+    args = ap.parse_intermixed_args()  # overrides may come before and after flags
+    if args.steps < 1:
+        ap.error(f"--steps must be at least 1 (got {args.steps})")
 
     from datasets import Dataset
     from transformers import TrainerCallback
