@@ -156,8 +156,17 @@ def main() -> None:
                               g.temperature, seed=cfg.seed)
     engine_h.set_model(trainer_h.model)
 
+    def honing_step(step: int, tasks: list) -> tuple[float, float]:
+        """One honing RL step (generate, grade, update, sync the engine); returns (seconds, mean reward)."""
+        t0 = time.perf_counter()
+        trajs = setup.roll_out(engine_h, tok, tasks, params, cfg.seed * 100_003 + step)
+        trajs, stats = verify_and_score(trajs, tasks, setup, args.samples, cfg.train.scale_rewards, 1.0, cfg.train)
+        trainer_h.step(trajs)
+        engine_h.load_weights(None, version=step)
+        return time.perf_counter() - t0, stats["reward"]
+
     if args.skip_trl:
-        run_honing_only(args, step_tasks, setup, engine_h, tok, trainer_h, params, cfg, heldout, base_reward)
+        run_honing_only(args, step_tasks, honing_step, lambda: heldout(engine_h), base_reward)
         return
 
     # --- TRL ------------------------------------------------------------------------------------
@@ -232,14 +241,10 @@ def main() -> None:
     honing_rewards: list[float] = []
     for step, tasks in enumerate(step_tasks, start=1):
         monitor.begin("honing")
-        t0 = time.perf_counter()
-        trajs = setup.roll_out(engine_h, tok, tasks, params, cfg.seed * 100_003 + step)
-        trajs, stats = verify_and_score(trajs, tasks, setup, args.samples, cfg.train.scale_rewards, 1.0, cfg.train)
-        trainer_h.step(trajs)
-        engine_h.load_weights(None, version=step)
-        honing_times.append(time.perf_counter() - t0)
+        seconds, reward = honing_step(step, tasks)
         monitor.end()
-        honing_rewards.append(stats["reward"])
+        honing_times.append(seconds)
+        honing_rewards.append(reward)
         turn_trl.release()  # TRL's step `step`
         wait_for_trl()
         print(f"step {step:3d}  honing {honing_times[-1]:6.2f} s reward {honing_rewards[-1]:.3f}   "
@@ -258,11 +263,10 @@ def main() -> None:
     after_h = heldout(engine_h)
     after_t = heldout(TransformersEngine(trl_model, eos, tok.pad_token_id, cfg.model.bf16_autocast,
                                          cfg.generation.max_batch_size, gen_dtype))
-    half = max(1, args.steps // 2)
 
     def halves(xs: list[float]) -> str:
-        first, second = xs[:half], xs[half:] or xs[:half]
-        return f"{sum(first) / len(first):.3f} -> {sum(second) / len(second):.3f}"
+        first, second = half_means(xs)
+        return f"{first:.3f} -> {second:.3f}"
 
     def row(label: str, a: str, b: str) -> None:
         print(f"{label:30s}{a:>16s}{b:>16s}")
@@ -280,30 +284,29 @@ def main() -> None:
     print(f"RATIO honing_vs_trl_samples_per_s={sps_h / sps_t:.2f} heldout_reward honing={after_h:.3f} trl={after_t:.3f}")
 
 
-def run_honing_only(args: argparse.Namespace, step_tasks: list, setup: Any, engine_h: TransformersEngine, tok: Any,
-                    trainer_h: PolicyTrainer, params: SamplingParams, cfg: Any, heldout: Any,
+def half_means(xs: list[float]) -> tuple[float, float]:
+    """Mean of the first and of the second half of a per-step series (the second is the first when too short)."""
+    half = max(1, len(xs) // 2)
+    first, second = xs[:half], xs[half:] or xs[:half]
+    return sum(first) / len(first), sum(second) / len(second)
+
+
+def run_honing_only(args: argparse.Namespace, step_tasks: list, honing_step: Any, heldout: Any,
                     base_reward: float) -> None:
     """--skip-trl: the same honing steps as a full run, then the same summary for honing only."""
     times, rewards = [], []
     for step, tasks in enumerate(step_tasks, start=1):
-        t0 = time.perf_counter()
-        trajs = setup.roll_out(engine_h, tok, tasks, params, cfg.seed * 100_003 + step)
-        trajs, stats = verify_and_score(trajs, tasks, setup, args.samples, cfg.train.scale_rewards, 1.0, cfg.train)
-        trainer_h.step(trajs)
-        engine_h.load_weights(None, version=step)
-        times.append(time.perf_counter() - t0)
-        rewards.append(stats["reward"])
-        print(f"step {step:3d}  honing {times[-1]:6.2f} s reward {rewards[-1]:.3f}", flush=True)
+        seconds, reward = honing_step(step, tasks)
+        times.append(seconds)
+        rewards.append(reward)
+        print(f"step {step:3d}  honing {seconds:6.2f} s reward {reward:.3f}", flush=True)
     skip = args.warmup_steps if args.steps > args.warmup_steps else 0
     timed = times[skip:]
-    half = max(1, args.steps // 2)
-    first, second = rewards[:half], rewards[half:] or rewards[:half]
-    after = heldout(engine_h)
+    first, second = half_means(rewards)
+    after = heldout()
     print(f"\nhoning alone: samples/s {args.prompts * args.samples * len(timed) / sum(timed):.2f}  "
-          f"train reward 1st -> 2nd half {sum(first) / len(first):.3f} -> {sum(second) / len(second):.3f}  "
-          f"held-out {base_reward:.3f} -> {after:.3f}")
-    print(f"HONING_ONLY heldout_reward={after:.3f} train_reward_2nd_half={sum(second) / len(second):.3f}")
-
+          f"train reward 1st -> 2nd half {first:.3f} -> {second:.3f}  held-out {base_reward:.3f} -> {after:.3f}")
+    print(f"HONING_ONLY heldout_reward={after:.3f} train_reward_2nd_half={second:.3f}")
 
 if __name__ == "__main__":
     main()
