@@ -152,16 +152,43 @@ def _read_file_bytes(ref: str) -> bytes:
 
 @app.command("verify")
 def verify_cmd(
-    completion: str = typer.Option(..., "--completion", help="File with the completion, or - for stdin"),
+    completion: Optional[str] = typer.Option(None, "--completion", help="File with the completion, or - for stdin"),
     task: Optional[Path] = typer.Option(None, "--task", help="A task as JSON (one line of `honing tasks show --json`)"),
     verifier: Optional[str] = typer.Option(None, "--verifier", help="Verifier name, with --reference instead of --task"),
     reference: Optional[str] = typer.Option(None, "--reference", help="Reference answer for --verifier"),
-    extractor: str = typer.Option("last_number", "--extractor", help="answer_tag, boxed, last_number, full"),
+    extractor: str = typer.Option("auto", "--extractor", help="auto (the verifier's own), answer_tag, boxed, last_number, full"),
+    batch: Optional[Path] = typer.Option(None, "--batch", help="JSONL of cases, each {completion, reference} (with --verifier) "
+                                         "or {completion, task}; prints one verdict line per case"),
 ) -> None:
-    """Grade one completion and print the Verdict as JSON."""
+    """Grade one completion (or a --batch of them) and print the Verdict as JSON."""
     from honing.tasks import Task, VerifierSpec, task_from_json
     from honing.verify import VerifyContext, get_verifier, grade
 
+    if extractor not in ("auto", "answer_tag", "boxed", "last_number", "full"):
+        raise HoningError(f"unknown extractor '{extractor}' (auto, answer_tag, boxed, last_number, full)")
+    if verifier is not None:
+        get_verifier(verifier)
+
+    def ref_task(ref: str) -> Task:
+        return Task(id="cli", domain="cli", prompt=({"role": "user", "content": ""},), verifier=VerifierSpec(verifier),
+                    hidden={"answer": ref})
+
+    if batch is not None:
+        if completion is not None or task is not None or reference is not None:
+            raise HoningError("--batch takes completions and references from the file; drop --completion/--task/--reference")
+        cases = _read_batch(batch, need_reference=verifier is not None)
+        ctx = VerifyContext(extractor)
+        infra = 0
+        for n, case in cases:
+            t = ref_task(case["reference"]) if verifier is not None else task_from_json(case["task"], f"{batch}:{n}")
+            v = grade(t, case["completion"], ctx)
+            infra += v.infra_error
+            typer.echo(json.dumps({"line": n, **_verdict_json(v)}))
+        if infra:
+            raise typer.Exit(3)
+        return
+    if completion is None:
+        raise HoningError("give --completion FILE (or - for stdin), or --batch FILE.jsonl")
     if (task is None) == (verifier is None):
         raise HoningError("give either --task TASK.json or --verifier NAME --reference ANSWER")
     if task is not None:
@@ -175,16 +202,46 @@ def verify_cmd(
     else:
         if reference is None:
             raise HoningError("--verifier needs --reference ANSWER")
-        t = Task(id="cli", domain="cli", prompt=({"role": "user", "content": ""},), verifier=VerifierSpec(verifier),
-                 hidden={"answer": reference})
+        t = ref_task(reference)
     get_verifier(t.verifier.name)
-    if extractor not in ("answer_tag", "boxed", "last_number", "full"):
-        raise HoningError(f"unknown extractor '{extractor}' (answer_tag, boxed, last_number, full)")
     v = grade(t, _read_completion(completion), VerifyContext(extractor))
-    typer.echo(json.dumps({"score": v.score, "passed": v.passed, "components": dict(v.components),
-                           "details": v.details, "infra_error": v.infra_error, "cost_s": round(v.cost_s, 6)}, indent=1))
+    typer.echo(json.dumps(_verdict_json(v), indent=1))
     if v.infra_error:
         raise typer.Exit(3)
+
+
+def _verdict_json(v: object) -> dict:
+    return {"score": v.score, "passed": v.passed, "components": dict(v.components),  # type: ignore[attr-defined]
+            "details": v.details, "infra_error": v.infra_error, "cost_s": round(v.cost_s, 6)}  # type: ignore[attr-defined]
+
+
+def _read_batch(path: Path, need_reference: bool) -> list[tuple[int, dict]]:
+    """Every case of a --batch file, checked before any is graded (errors name file:line)."""
+    if not path.is_file():
+        raise HoningError(f"batch file not found: {path}")
+    key = "reference" if need_reference else "task"
+    cases = []
+    with path.open("rb") as f:
+        for n, raw in enumerate(f, 1):
+            if not raw.strip():
+                continue
+            try:
+                case = json.loads(raw.decode("utf-8"))
+            except (json.JSONDecodeError, UnicodeDecodeError) as e:
+                raise HoningError(f"{path}:{n}: not valid JSON: {e}") from None
+            if not isinstance(case, dict):
+                raise HoningError(f"{path}:{n}: expected an object with 'completion' and '{key}'")
+            for k in ("completion", key):
+                if k not in case:
+                    raise HoningError(f"{path}:{n}: missing key '{k}'")
+            if not isinstance(case["completion"], str) or (need_reference and not isinstance(case[key], (str, int, float))):
+                raise HoningError(f"{path}:{n}: 'completion' must be a string and '{key}' a string or number")
+            if need_reference:
+                case["reference"] = str(case["reference"])
+            if len(case["completion"].encode()) > MAX_COMPLETION_BYTES:
+                raise HoningError(f"{path}:{n}: completion larger than {MAX_COMPLETION_BYTES} bytes")
+            cases.append((n, case))
+    return cases
 
 
 @app.command("rollout")
@@ -201,7 +258,7 @@ def rollout_cmd(
     max_turns: Optional[int] = typer.Option(None, "--max-turns"),
     max_new_tokens: Optional[int] = typer.Option(None, "--max-new-tokens"),
     temperature: float = typer.Option(1.0, "--temperature"),
-    extractor: str = typer.Option("last_number", "--extractor", help="Answer extractor for single-turn tasks"),
+    extractor: str = typer.Option("auto", "--extractor", help="Answer extractor for single-turn tasks"),
     backend: str = typer.Option("bwrap", "--backend", help="Sandbox backend for multi-turn tasks"),
     show: bool = typer.Option(False, "--show", help="Print each trajectory readably (turns, tools, observations)"),
     as_json: bool = typer.Option(False, "--json", help="Print each trajectory's verdict as one JSON line"),

@@ -104,8 +104,10 @@ class GenerationConfig(_Node):
 
 
 class VerifyConfig(_Node):
-    extractor: Literal["answer_tag", "last_number", "boxed", "full"] = "last_number"
-    """How the final answer is taken from a completion."""
+    extractor: Literal["auto", "answer_tag", "last_number", "boxed", "full"] = "auto"
+    """How the final answer is taken from a completion: 'auto' is each verifier's own reading (math:
+    boxed, answer tags, answer phrases, LaTeX spans, plain expressions; exact/numeric/reasoning_gym:
+    the last number); any other value is used alone, as named."""
     format_weight: float = Field(0.0, ge=0.0, le=1.0)
     """Weight of the format layer in the reward (score = (1-w)*correct + w*format)."""
     concurrency: int = Field(16, gt=0)

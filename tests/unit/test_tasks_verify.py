@@ -248,7 +248,7 @@ def test_last_number() -> None:
 def test_full_and_registry() -> None:
     assert full("  hi there \n") == ("hi there", True)
     assert full("   ") == (None, False)
-    assert set(EXTRACTORS) == {"answer_tag", "boxed", "last_number", "full"}
+    assert set(EXTRACTORS) == {"auto", "answer_tag", "boxed", "last_number", "full"}
 
 
 # --- verifiers -----------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from honing.rollout.types import Trajectory
 from honing.tasks import JsonlSource, Task, VerifierSpec
 from honing.verify import Verdict, VerifyContext, get_verifier, grade, verifier_names
 
-CTX = VerifyContext(extractor="full")
+CTX = VerifyContext()  # extractor "auto": the maths reading
 
 
 def _task(gold: str, **params: object) -> Task:
@@ -117,7 +117,7 @@ def test_extraction_order_and_single_answer() -> None:
 
 
 def test_format_layer() -> None:
-    ctx = VerifyContext(extractor="last_number", format_weight=0.2)
+    ctx = VerifyContext(format_weight=0.2)
     v = _grade("7", "\\boxed{7}", ctx)
     assert v.passed and v.score == pytest.approx(1.0) and v.components == {"correct": 1.0, "format": 1.0}
     v = _grade("7", "\\boxed{8}", ctx)

@@ -71,8 +71,8 @@ class Suite(_Node):
     """Held-out seed (procedural sources draw evaluation tasks from seeds training never uses)."""
     samples_per_task: int = Field(8, gt=0)
     sampling: SamplingSpec = Field(default_factory=SamplingSpec)
-    extractor: str = "last_number"
-    """Answer extractor for single-turn verifiers and maj@k (answer_tag, boxed, last_number, full)."""
+    extractor: str = "auto"
+    """Answer extractor for single-turn verifiers and maj@k (auto, answer_tag, boxed, last_number, full)."""
     system_prompt: Optional[str] = None
     prompt_template: str = "{question}"
     sandbox_backend: str = "bwrap"

@@ -44,7 +44,7 @@ class RolloutOptions:
     max_turns: int | None = None
     max_new_tokens: int | None = None
     temperature: float = 1.0
-    extractor: str = "last_number"
+    extractor: str = "auto"
     backend: str = "bwrap"
     max_obs_chars: int = 1500
 

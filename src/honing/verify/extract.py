@@ -56,6 +56,9 @@ def full(text: str) -> tuple[str | None, bool]:
 
 
 EXTRACTORS: dict[str, Callable[[str], tuple[str | None, bool]]] = {
+    # `auto`: each verifier's own reading. The `math` verifier reads maths (honing.verify.math_extract);
+    # the exact, numeric and reasoning_gym verifiers take the last number, as they always have.
+    "auto": last_number,
     "answer_tag": answer_tag,
     "boxed": boxed,
     "last_number": last_number,

@@ -42,7 +42,8 @@ from typing import Any, Callable
 
 from honing.rollout.types import Trajectory
 from honing.verify.builtin import layered
-from honing.verify.extract import EXTRACTORS, answer_tag, boxed
+from honing.verify.extract import EXTRACTORS
+from honing.verify.math_extract import Extracted, extract_math, reference_answer
 from honing.verify.registry import register_verifier
 from honing.verify.types import Verdict, VerifyContext
 
@@ -53,13 +54,23 @@ STARTUP_TIMEOUT_S = 120.0  # a fresh worker imports sympy/math-verify; not count
 # ----------------------------------------------------------------------------- extraction
 
 
-def extract_answer(text: str, extractor: str) -> tuple[str | None, bool]:
-    """\\boxed{} first, then <answer> tags, then the configured extractor."""
-    if "\\boxed{" in text:
-        return boxed(text)
-    if "<answer>" in text:
-        return answer_tag(text)
-    return EXTRACTORS[extractor](text)
+def extract_answer(text: str, extractor: str = "auto") -> tuple[str | None, bool]:
+    """The final answer and format flag: `auto` is the maths reading (math_extract.extract_math:
+    boxed, tags, anchored phrases, LaTeX spans, plain expressions); any other extractor is used
+    alone, exactly as the recipe asks."""
+    ex = extract(text, extractor)
+    return ex.answer, ex.format_ok
+
+
+def extract(text: str, extractor: str = "auto") -> Extracted:
+    if extractor == "auto":
+        return extract_math(text)
+    ans, ok = EXTRACTORS[extractor](text)
+    return Extracted(ans, ok, extractor, _as_mv_text(ans) if ans is not None else "")
+
+
+def _as_mv_text(ans: str) -> str:
+    return ans if ("\\boxed" in ans or "$" in ans) else f"\\boxed{{{ans}}}"
 
 
 _HEDGE = re.compile(r"(?:\bor\b|\beither\b|and\s*/\s*or|\\lor\b|\\vee\b)", re.I)
@@ -90,10 +101,11 @@ def normalize(s: str) -> str:
     s = _unwrap_text(str(s).strip())
     s = s.replace("\\left", "").replace("\\right", "").replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
     s = s.replace("^{\\circ}", "").replace("^\\circ", "").replace("°", "").replace("\\displaystyle", "")
-    s = s.replace("\\%", "%").replace("$", "").replace("{,}", ",")
+    s = s.replace("\\%", "%").replace("$", "").replace("{,}", ",").replace("\\cfrac", "\\frac")
+    listed = bool(re.search(r",\s", s))  # "32, 349" is a list of two numbers, "32,349" one number
     s = _SPACES.sub("", s)
     s = s.rstrip(".")
-    if _THOUSANDS.match(s):
+    if not listed and _THOUSANDS.match(s):
         s = s.replace(",", "")
     return s
 
@@ -309,9 +321,11 @@ _GOLD_CACHE: dict[str, Any] = {}
 
 
 def _mv_parse(s: str) -> Any:
-    from math_verify import parse
+    """math-verify's own reading of an extracted piece (`$...$`, `\\boxed{...}` or plain text),
+    with its LaTeX and expression targets and boxed answers first."""
+    from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse
 
-    return parse(s if "\\boxed{" in s else f"\\boxed{{{s}}}", parsing_timeout=None)
+    return parse(s, [LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig()], parsing_timeout=None)
 
 
 def mv_equal(gold: str, pred: str) -> bool:
@@ -367,20 +381,24 @@ class MathVerifier:
         gold_raw = task.hidden.get("answer")
         if gold_raw is None:
             return Verdict.infra("math: task has no hidden['answer']", time.perf_counter() - t0)
-        gold = str(gold_raw)
-        pred, format_ok = extract_answer(trajectory.completion_text, ctx.extractor)
+        extractor = str(params.get("extractor", ctx.extractor))
+        if extractor != "auto" and extractor not in EXTRACTORS:
+            return Verdict.infra(f"math: unknown extractor {extractor!r}", time.perf_counter() - t0)
+        gold = reference_answer(str(gold_raw))
+        ex = extract(trajectory.completion_text, extractor)
+        pred, format_ok = ex.answer, ex.format_ok
         if pred is None or not pred.strip():
             return layered(0.0, format_ok, ctx, "no single final answer", t0)
-        if is_hedged(pred, gold):
+        if is_hedged(pred, gold.answer or ""):
             return layered(0.0, format_ok, ctx, f"hedged answer {pred!r}", t0)
-        ok = fast_compare(gold, pred, float(params.get("rel_tol", DEFAULT_REL_TOL)))
+        ok = fast_compare(gold.answer or "", pred, float(params.get("rel_tol", DEFAULT_REL_TOL)))
         if ok is not None:
-            return layered(float(ok), format_ok, ctx, f"extracted={pred!r} (fast)", t0)
+            return layered(float(ok), format_ok, ctx, f"extracted={pred!r} ({ex.tier}, fast)", t0)
         timeout_s = float(params.get("timeout_s", DEFAULT_TIMEOUT_S))
-        good, value = _slow_path(gold, pred, timeout_s)
+        good, value = _slow_path(gold.mv_text, ex.mv_text, timeout_s)
         if not good:
             return Verdict.infra(f"math-verify failed on {pred!r}: {value}", time.perf_counter() - t0)
-        return layered(float(bool(value)), format_ok, ctx, f"extracted={pred!r} (math-verify)", t0)
+        return layered(float(bool(value)), format_ok, ctx, f"extracted={pred!r} ({ex.tier}, math-verify)", t0)
 
 
 register_verifier("math", MathVerifier())

@@ -30,7 +30,7 @@ class Verdict:
 class VerifyContext:
     """What a verifier may use besides the task and completion (sandbox access comes later)."""
 
-    extractor: str = "last_number"
+    extractor: str = "auto"
     format_weight: float = 0.0
     extra: Mapping[str, Any] = field(default_factory=dict)
 
