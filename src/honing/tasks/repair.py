@@ -5,12 +5,16 @@
   operator, 2 off-by-one, 3 wrong branch, 4 missing edge case, 5 two bugs in two files (the
   dependent module and the one it imports). Expected values of every test are computed on
   the host by running the reference code. Visible tests cover every function; hidden tests are
-  only cases the given buggy repo fails (an unfixed repo scores 0, pass rate otherwise), and
-  both sets are chosen so that each injected bug on its own makes at least one case fail (the generator's solvability
-  proof is checked in tests/rollout/test_repair_tasks.py in the sandbox). Hidden: the hidden
-  test file, the reference files and the reference patch (unified diff, which
+  only cases the given buggy repo fails (an unfixed repo scores 0), and both sets are chosen so
+  that each injected bug on its own makes at least one case fail (the generator's solvability
+  proof is checked in tests/rollout/test_repair_tasks.py in the sandbox). Regression tests
+  (`hidden["regression_tests"]`): the grader's own copy of the visible test file and a hidden
+  coverage file with fresh cases of every public function, so a patch that fixes the bug and
+  breaks another function scores < 1 (the verifier multiplies the two pass rates). Hidden: those
+  test files, the reference files and the reference patch (unified diff, which
   `apply_patch` accepts: a scripted policy can replay it). Params: `levels` (subset of 1..5),
-  `max_turns` (default 12), `hidden_cases` (per function, default 6). Train and held-out tasks
+  `max_turns` (default 12), `hidden_cases` (in all, default 6), `visible_cases` and
+  `coverage_cases` (per function, default 2 each). Train and held-out tasks
   are disjoint by construction: a task's split is a hash of its structure (family, package,
   constants, bug sites), so no structure appears in both.
 * `RepairDirSource` ("repair:dir:<path>"): user tasks in a directory (see docs/multiturn.md):
@@ -295,7 +299,7 @@ class RepairSource:
     def __init__(self, params: dict[str, Any] | None = None, verifier: str | None = None,
                  system_prompt: str | None = None) -> None:
         params = dict(params or {})
-        valid = {"levels", "max_turns", "hidden_cases", "visible_cases"}
+        valid = {"levels", "max_turns", "hidden_cases", "visible_cases", "coverage_cases"}
         if set(params) - valid:
             raise TaskError(f"repair: unknown parameters {sorted(set(params) - valid)} (valid: {', '.join(sorted(valid))})")
         self.levels = sorted(int(x) for x in params.get("levels", (1, 2, 3, 4, 5)))
@@ -304,6 +308,9 @@ class RepairSource:
         self.max_turns = int(params.get("max_turns", 12))
         self.hidden_cases = int(params.get("hidden_cases", 6))
         self.visible_cases = int(params.get("visible_cases", 2))
+        self.coverage_cases = int(params.get("coverage_cases", 2))
+        if self.coverage_cases < 1:
+            raise TaskError(f"repair: coverage_cases must be >= 1, got {self.coverage_cases}")
         self.verifier = verifier or "repair"
         self.system_prompt = system_prompt
 
@@ -374,12 +381,47 @@ class RepairSource:
                 break
         if not (all(caught_v) and all(caught_h)):  # e.g. two bugs that cancel out: the candidate is skipped
             raise TaskError(f"repair: could not find cases that expose the bug(s) of candidate {n}")
+        # hidden coverage: every public function, checked against the reference on fresh inputs (not
+        # only where the given repo fails), so a patch that breaks another function loses score
+        coverage: dict[str, list[tuple[tuple, Any]]] = {f: [] for f in fam.args}
+        for fn in fam.args:
+            seen = [a for a, _ in visible[fn] + hidden[fn]]
+            for _ in range(200):
+                if len(coverage[fn]) >= self.coverage_cases:
+                    break
+                args = fam.args[fn](rng)
+                ok, want = _call(ref_ns, fn, args)
+                if ok and args not in seen:
+                    coverage[fn].append((args, want))
+                    seen.append(args)
+            if not coverage[fn]:
+                raise TaskError(f"repair: no coverage case for {fn} in candidate {n}")
+        # ... plus, best effort, a case for each of the family's known mutations (applied alone to the
+        # reference) that the visible and coverage cases do not expose yet: the usual ways to break
+        # another function while fixing this one
+        mutants = []
+        for b in fam.bugs:
+            one = dict(ref)
+            one[b.module] = one[b.module].replace(b.old, b.new, 1)
+            ns = _namespace(one["core"], one["dep"])
+            if not any(_call(ns, f, a) != (True, w) for f in fam.args for a, w in visible[f] + coverage[f]):
+                mutants.append(ns)
+        for _ in range(1000 if mutants else 0):
+            fn = rng.choice(list(fam.args))
+            args = fam.args[fn](rng)
+            ok, want = _call(ref_ns, fn, args)
+            left = [m for m in mutants if _call(m, fn, args) == (True, want)] if ok else mutants
+            if len(left) < len(mutants) and not any(args == a for a, _ in visible[fn] + hidden[fn] + coverage[fn]):
+                coverage[fn].append((args, want))
+                mutants = left
+                if not mutants:
+                    break
         hidden = {f: cs for f, cs in hidden.items() if cs}
         core, dep = fam.core[0], fam.dep[0]
         path = {"core": f"{pkg}/{core}.py", "dep": f"{pkg}/{dep}.py"}
+        visible_src = _render_tests(pkg, core, dep, fns, visible, "Visible tests.")
         files = {f"{pkg}/__init__.py": f'"""The {pkg} package."""\n', path["core"]: buggy["core"],
-                 path["dep"]: buggy["dep"], "tests/__init__.py": "",
-                 "tests/test_visible.py": _render_tests(pkg, core, dep, fns, visible, "Visible tests.")}
+                 path["dep"]: buggy["dep"], "tests/__init__.py": "", "tests/test_visible.py": visible_src}
         solution = {path[m]: ref[m] for m in ("core", "dep") if ref[m] != buggy[m]}
         failing = sorted({f for f, cs in visible.items() for a, w in cs
                           if any(_call(ns, f, a) != (True, w) for ns in single_ns)})
@@ -392,6 +434,10 @@ class RepairSource:
             id=f"repair/{split}/{n}", domain=self.domain, prompt=tuple(msgs),
             verifier=VerifierSpec(self.verifier),
             hidden={"tests": {"tests/test_hidden.py": _render_tests(pkg, core, dep, fns, hidden, "Hidden tests.")},
+                    # the grader's own copy of the visible tests (the workspace copy is the agent's to edit)
+                    "regression_tests": {"tests/test_visible.py": visible_src,
+                                         "tests/test_hidden_coverage.py": _render_tests(
+                                             pkg, core, dep, fns, coverage, "Hidden coverage tests.")},
                     "solution": solution, "reference_patch": _diff({path[m]: buggy[m] for m in path}, solution),
                     "bugs": [{"kind": b.kind, "file": path[b.module], "old": b.old, "new": b.new} for b in bugs]},
             difficulty=level / 5, tags=(f"level{level}", LEVEL_KINDS[level], fam.name),

@@ -1,9 +1,16 @@
 """The `repair` verifier: runs a task's HIDDEN tests on the candidate's final source files.
 
+Two sets of test files, both from the task (grader-side), never from the workspace:
+`hidden["tests"]` (the target: for generated tasks, cases the given buggy repo fails) and the
+optional `hidden["regression_tests"]` (for generated tasks, the grader's copy of the original
+visible tests and hidden coverage cases of every public function). Score = target pass rate x
+regression pass rate (1 when there are none): an unfixed repo still scores 0, and a patch that
+fixes the bug but breaks another function scores < 1; `passed` needs every test of both.
+
 What reaches the grading box: only the candidate's *source* files (the task's
 `environment["source_files"]` paths or globs, minus anything under a tests directory and any
 conftest.py / sitecustomize.py / usercustomize.py / *.pth), taken from the trajectory's final
-workspace (`Trajectory.files`), plus the hidden tests. The episode's session is not reused:
+workspace (`Trajectory.files`), plus the task's test files. The episode's session is not reused:
 the agent's test edits, caches, planted files and leftover processes cannot reach the grader.
 
 Who owns what (the ideas of honing.verify.code): a grader-owned runner (`python3 -I -S`, its
@@ -15,7 +22,7 @@ prefixed by the nonce. The host counts only the test ids it found itself in the 
 fail runs after the suite in the same child, so a candidate that patches unittest at import to
 make everything pass scores 0. Not covered: source code that tampers with the child's
 interpreter in subtler, targeted ways (it runs in the same process as the tests it imports).
-Score = pass rate of the hidden tests; sandbox failures are `Verdict.infra`.
+Sandbox failures are `Verdict.infra`.
 """
 
 from __future__ import annotations
@@ -175,14 +182,17 @@ class RepairVerifier:
             return Verdict.infra("the episode hit a sandbox infrastructure error", time.perf_counter() - t0)
         params = dict(task.verifier.params or {})
         tests: dict[str, str] = dict(task.hidden.get("tests") or {})
-        expected = {p: expected_test_ids(src) for p, src in tests.items() if p.endswith(".py")}
-        n = sum(len(v) for v in expected.values())
+        regression = {p: c for p, c in dict(task.hidden.get("regression_tests") or {}).items() if p not in tests}
+        expected = {p: expected_test_ids(src) for p, src in (tests | regression).items() if p.endswith(".py")}
+        n = sum(len(v) for p, v in expected.items() if p in tests)
+        n_reg = sum(len(v) for p, v in expected.items() if p in regression)
         if n == 0:
             return Verdict.infra("task has no hidden tests", time.perf_counter() - t0)
         env = task.environment or {}
         patterns = list(env.get("source_files") or ["**/*.py"])
-        files = {p: c for p, c in trajectory.files.items() if is_source_file(p, patterns, set(tests))}
+        files = {p: c for p, c in trajectory.files.items() if is_source_file(p, patterns, set(tests) | set(regression))}
         files.update(tests)
+        files.update(regression)  # the task's own copies: the workspace's (edited, deleted) tests never arrive
         nonce = secrets.token_hex(16)
         budget = float(params.get("timeout_s", 60.0))
         spec = {"nonce": nonce, "runner": RUNNER_SRC, "child": CHILD_SRC, "budget": budget,
@@ -208,7 +218,7 @@ class RepairVerifier:
                 report = None
         if isinstance(report, dict) and report.get("infra"):
             return Verdict.infra(f"repair runner: {report['infra']}", time.perf_counter() - t0)
-        passed, notes = 0, []
+        counts, notes = {p: 0 for p in expected}, []
         if not isinstance(report, dict) or not isinstance(report.get("files"), dict):
             notes.append(f"no runner result (exit={res.exit_code}, timed_out={res.timed_out}): {res.stderr[-300:]}")
         else:
@@ -223,10 +233,17 @@ class RepairVerifier:
                     notes.append(f"{path}: the test framework was tampered with; no test counts")
                     continue
                 results = got.get("results") if isinstance(got.get("results"), dict) else {}
-                passed += sum(1 for i in ids if results.get(i) is True)
-        score = passed / n
-        return Verdict(score=score, passed=passed == n, components={"hidden_tests": score},
-                       details=f"{passed}/{n} hidden tests passed" + (f"; {'; '.join(notes)}"[:1200] if notes else ""),
+                counts[path] = sum(1 for i in ids if results.get(i) is True)
+        passed = sum(c for p, c in counts.items() if p in tests)
+        passed_reg = sum(c for p, c in counts.items() if p in regression)
+        rate, rate_reg = passed / n, (passed_reg / n_reg if n_reg else 1.0)
+        details = f"{passed}/{n} hidden tests passed"
+        components = {"hidden_tests": rate}
+        if n_reg:
+            details += f", {passed_reg}/{n_reg} regression tests passed"
+            components["regression_tests"] = rate_reg
+        return Verdict(score=rate * rate_reg, passed=passed == n and passed_reg == n_reg, components=components,
+                       details=details + (f"; {'; '.join(notes)}"[:1200] if notes else ""),
                        cost_s=time.perf_counter() - t0)
 
 
