@@ -14,6 +14,19 @@ from honing.tasks.types import Task, VerifierSpec
 # Item i of a reasoning-gym dataset is generated from Random(seed + i). Training streams use
 # seeds [train_seed, train_seed + TRAIN_SEED_SPAN); a held-out seed must lie outside that span.
 TRAIN_SEED_SPAN = 1_000_000
+HELDOUT_SEED_SPAN = 100_000
+# Streams are generated in chunks: the dataset for stream items [o, o + CHUNK) is created with
+# seed `seed + o` and size CHUNK (never the whole span: some datasets refuse or precompute a
+# large `size`, e.g. word_ladder allows at most 20,000). For datasets whose item i comes from
+# Random(seed + i) alone (all but acre, gsm_symbolic and list_functions in reasoning-gym 0.1.19)
+# stream item o + j is then exactly item j of create_dataset(seed=seed + o); the others also draw
+# from Random(chunk seed) (a per-chunk task list or question pool), so their items depend on the
+# chunking but are still deterministic. Either way a chunk only uses seeds in
+# [seed + o, seed + o + CHUNK), so train and held-out streams still use disjoint seed ranges.
+CHUNK = 1000
+# An item whose generation raises is skipped (word_ladder, for one, gives up on some seeds); the
+# stream restarts the chunk after it. This many failures in a row is an error.
+MAX_CONSECUTIVE_FAILURES = 50
 
 
 def gym_dataset_names() -> list[str]:
@@ -85,8 +98,31 @@ class GymSource:
             metadata={"seed": seed + idx, "question": entry["question"]},
         )
 
+    def _chunk(self, seed: int) -> Any:
+        import reasoning_gym
+
+        try:
+            return reasoning_gym.create_dataset(self.name, seed=seed, size=CHUNK, **self.params)
+        except Exception as e:  # noqa: BLE001 - any dataset's refusal is reported the same way
+            raise TaskError(f"gym:{self.name}: cannot create the dataset (seed={seed}, size={CHUNK}, "
+                            f"params {self.params}): {type(e).__name__}: {e}") from None
+
     def tasks(self, split: str, seed: int) -> Iterator[Task]:
-        span = TRAIN_SEED_SPAN if split == "train" else 100_000
-        ds = gym_dataset(self.name, self.params, seed, span)
-        for idx in range(span):
-            yield self._task(ds[idx], seed, idx, split)
+        """Stream item idx (seed + idx) for idx in [0, span), generated lazily chunk by chunk."""
+        span = TRAIN_SEED_SPAN if split == "train" else HELDOUT_SEED_SPAN
+        idx, failures = 0, 0
+        while idx < span:
+            start, ds = idx, self._chunk(seed + idx)
+            while idx < min(start + CHUNK, span):
+                try:
+                    entry = ds[idx - start]
+                except Exception as e:  # noqa: BLE001 - skip the item; the dataset may be spent
+                    failures += 1
+                    if failures >= MAX_CONSECUTIVE_FAILURES:
+                        raise TaskError(f"gym:{self.name}: {failures} items in a row failed to generate "
+                                        f"(last at seed {seed + idx}): {type(e).__name__}: {e}") from None
+                    idx += 1
+                    break  # a fresh chunk from the next seed (word_ladder shrinks itself on failure)
+                failures = 0
+                yield self._task(entry, seed, idx, split)
+                idx += 1

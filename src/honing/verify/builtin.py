@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Callable
 
 from honing.rollout.types import Trajectory
 from honing.tasks.gym import gym_dataset
@@ -25,17 +25,64 @@ def layered(correct: float, format_ok: bool, ctx: VerifyContext, details: str, t
     )
 
 
+def _bool_answer(answer: str, entry: dict[str, Any]) -> float:
+    """'True'/'False' against the reference, case-insensitively."""
+    return float(answer.strip().lower() == str(entry["answer"]).strip().lower())
+
+
+# Scorers honing replaces. reasoning-gym 0.1.19's game_of_life_halting compares bool(answer) with
+# bool(entry["answer"]), both non-empty strings, so every non-empty answer scored 1.
+SCORER_FIXES: dict[str, Callable[[str, dict[str, Any]], float]] = {"game_of_life_halting": _bool_answer}
+# The longest completion tried whole as an answer (longer ones are not a bare answer).
+MAX_WHOLE_ANSWER = 20_000
+
+
 class ReasoningGymVerifier:
-    """The dataset's own `score_answer` on the extracted answer."""
+    """The dataset's own `score_answer` on the extracted answer.
+
+    reasoning-gym's convention is an <answer> tag, so a completion with <answer> tags is graded on
+    the tag's content, passed through intact (multi-line grids, comma lists, expressions; two
+    different tags get no credit), whatever `ctx.extractor` is; otherwise `ctx.extractor` picks
+    the answer. A completion without tags that is, as a whole, an answer the dataset's scorer
+    gives full marks also passes (a bare 'START,...,END' ladder must not be cut to its last
+    number); partial credit comes only from the extracted answer. `format` is `ctx.extractor`'s.
+    A scorer that raises on a malformed answer (boxnet, game_of_life, prime_factorization do)
+    grades it 0, not as an infra error.
+    """
 
     cheap = True  # in-process, bounded work: graded inline by the batch grader
 
     def verify(self, task: Any, trajectory: Trajectory, ctx: VerifyContext) -> Verdict:
         t0 = time.perf_counter()
-        answer, format_ok = EXTRACTORS[ctx.extractor](trajectory.completion_text)
-        ds = gym_dataset(task.verifier.params["dataset"], dict(task.verifier.params.get("params", {})))
-        correct = float(ds.score_answer(answer, task.hidden["entry"])) if answer is not None else 0.0
-        return layered(correct, format_ok, ctx, f"extracted={answer!r}", t0)
+        text = trajectory.completion_text
+        answer, format_ok = EXTRACTORS[ctx.extractor](text)
+        name = task.verifier.params["dataset"]
+        ds = gym_dataset(name, dict(task.verifier.params.get("params", {})))
+        scorer = SCORER_FIXES.get(name, ds.score_answer)
+        entry = task.hidden["entry"]
+        raised: list[str] = []
+
+        def score(a: str | None, note: bool = True) -> float:
+            if a is None:
+                return 0.0
+            try:
+                return float(scorer(a, entry))
+            except Exception as e:  # noqa: BLE001 - the model's malformed answer, not an infra fault
+                if note:
+                    raised.append(f"{type(e).__name__}: {e}"[:200])
+                return 0.0
+
+        if "<answer>" in text:
+            answer = EXTRACTORS["answer_tag"](text)[0]
+            correct = score(answer)
+        else:
+            correct = score(answer)
+            whole = text.strip()
+            if correct < 1.0 and whole and whole != answer and len(whole) <= MAX_WHOLE_ANSWER \
+                    and score(whole, note=False) >= 1.0:
+                answer, correct = whole, 1.0
+        details = f"extracted={answer!r}" + (f"; scorer raised {raised[0]}" if raised else "")
+        return layered(max(0.0, min(correct, 1.0)), format_ok, ctx, details, t0)
 
 
 def _norm(s: str) -> str:
