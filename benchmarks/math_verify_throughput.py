@@ -18,8 +18,9 @@ import time
 from fractions import Fraction
 
 
-def make_pairs(n: int, seed: int) -> list[tuple[str, str]]:
-    """(gold, completion) pairs: mostly plain numbers and simple fractions, some LaTeX, ~30% wrong."""
+def make_pairs(n: int, seed: int) -> list[tuple[str, str, bool]]:
+    """(gold, completion, truth) triples: mostly plain numbers and simple fractions, some LaTeX, ~30%
+    wrong. Most answers are boxed; some are written in prose ("The answer is $x$.") or plain."""
     rng = random.Random(seed)
     pairs = []
     for _ in range(n):
@@ -52,7 +53,8 @@ def make_pairs(n: int, seed: int) -> list[tuple[str, str]]:
                 (f"({k},\\infty)", f"({k}, \\infty)"),
             ])
             if wrong:
-                pred = pred.replace(str(k), str(k + 1), 1)
+                changed = pred.replace(str(k), str(k + 1), 1)
+                wrong, pred = changed != pred, changed
         elif r < 0.95:  # percentages, scientific notation
             k = rng.randint(1, 99)
             gold, pred = rng.choice([(f"{k}", f"{k}\\%"), (f"{k}000", f"{k}\\times 10^{{3}}"),
@@ -62,7 +64,15 @@ def make_pairs(n: int, seed: int) -> list[tuple[str, str]]:
         else:  # garbage / hedges
             k = rng.randint(1, 9)
             gold, pred = str(k), rng.choice(["", "I don't know", f"{k} or {k + 1}", "\\frac{", "x"])
-        pairs.append((gold, f"Reasoning... so the final answer is \\boxed{{{pred}}}."))
+            wrong = True
+        form = rng.random()
+        if form < 0.75:
+            text = f"Reasoning... so the final answer is \\boxed{{{pred}}}."
+        elif form < 0.95:
+            text = f"Let $y$ be the unknown. Working it through, the answer is ${pred}$."
+        else:
+            text = f"We add them up and get {pred}"
+        pairs.append((gold, text, not wrong))
     return pairs
 
 
@@ -87,11 +97,11 @@ def main() -> None:
         vm.SLOW_CACHE_SIZE = 0
     pairs = make_pairs(args.n, args.seed)
 
-    ours_v, ctx = get_verifier("math"), VerifyContext(extractor="full")
-    ours_v.verify(Task("w", "d", (), VerifierSpec("math"), {"answer": "2"}),
-                  Trajectory.from_text("w", "d", "\\boxed{\\sqrt{4}}"), ctx)  # start the worker (not timed)
-    tasks = [Task(f"t{i}", "d", (), VerifierSpec("math"), {"answer": g}) for i, (g, _) in enumerate(pairs)]
-    trajs = [Trajectory.from_text(t.id, "d", c) for t, (_, c) in zip(tasks, pairs)]
+    ours_v, ctx = get_verifier("math"), VerifyContext()  # extractor "auto": the maths reading
+    ours_v.verify(Task("w", "d", (), VerifierSpec("math"), {"answer": "x^2+2x+1"}),
+                  Trajectory.from_text("w", "d", "\\boxed{(x+1)^2}"), ctx)  # start the worker (not timed)
+    tasks = [Task(f"t{i}", "d", (), VerifierSpec("math"), {"answer": g}) for i, (g, _, _) in enumerate(pairs)]
+    trajs = [Trajectory.from_text(t.id, "d", c) for t, (_, c, _) in zip(tasks, pairs)]
     # The two graders alternate over chunks so that load from other processes hits both alike.
     plain: list[bool] = []
     verdicts = []
@@ -99,7 +109,7 @@ def main() -> None:
     for lo in range(0, len(pairs), args.chunk):
         hi = lo + args.chunk
         t0 = time.perf_counter()
-        plain += [bool(verify(parse(f"\\boxed{{{g}}}"), parse(c))) for g, c in pairs[lo:hi]]
+        plain += [bool(verify(parse(f"\\boxed{{{g}}}"), parse(c))) for g, c, _ in pairs[lo:hi]]
         t1 = time.perf_counter()
         verdicts += [ours_v.verify(t, tr, ctx) for t, tr in zip(tasks[lo:hi], trajs[lo:hi])]
         t_ours += time.perf_counter() - t1
@@ -108,19 +118,23 @@ def main() -> None:
 
     n = len(pairs)
     infra = sum(v.infra_error for v in verdicts)
-    fast = sum("(fast)" in v.details for v in verdicts)
-    disagree = [(g, c, a, b) for (g, c), a, b in zip(pairs, plain, ours) if a != b]
+    fast = sum("fast)" in v.details for v in verdicts)
+    disagree = [(g, c, a, b) for (g, c, _), a, b in zip(pairs, plain, ours) if a != b]
+    truth = [t for _, _, t in pairs]
+    mv_right_ours_wrong = sum(a == t != b for a, b, t in zip(plain, ours, truth))
     print(f"pairs: {n}  (ours: {fast} fast path, {n - fast - infra} math-verify, {infra} infra errors)")
     print(f"math_verify : {n / t_plain:10.0f} pairs/s  ({t_plain:.2f}s)  correct={sum(plain)}")
     print(f"ours (math) : {n / t_ours:10.0f} pairs/s  ({t_ours:.2f}s)  correct={sum(ours)}")
-    print(f"disagreements: {len(disagree)}")
+    print(f"right (against the generator's truth): math_verify {sum(a == t for a, t in zip(plain, truth))}/{n}, "
+          f"ours {sum(b == t for b, t in zip(ours, truth))}/{n}")
+    print(f"disagreements: {len(disagree)}  (math-verify right, ours wrong: {mv_right_ours_wrong})")
     shapes: dict[str, int] = {}  # one example per answer shape (digits replaced by 9)
     for g, c, a, b in disagree:
         key = re.sub(r"\d+", "9", f"{g}|{c}|{a}")
         shapes[key] = shapes.get(key, 0) + 1
         if shapes[key] > 1 or len(shapes) > 12:
             continue
-        print(f"  gold={g!r:24} completion={c[c.find(chr(92) + 'boxed'):]!r:40} math_verify={a} ours={b}")
+        print(f"  gold={g!r:24} completion={c[-48:]!r:50} math_verify={a} ours={b}")
     print("disagreements by shape:", ", ".join(f"{k.split('|')[1][-30:]!r}x{v}" for k, v in shapes.items()))
     print(f"RATIO ours_vs_math_verify={t_plain / t_ours:.2f}")
 

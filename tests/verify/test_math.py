@@ -134,14 +134,14 @@ def _sleepy(gold: str, pred: str) -> tuple[str, tuple]:
 
 
 def test_slow_path_timeout_is_infra_and_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert _grade("2", "\\boxed{\\sqrt{4}}").passed  # warms a worker so startup is not timed
+    assert _grade("x^2+2x+1", "\\boxed{(x+1)^2}").passed  # warms a worker so startup is not timed
     monkeypatch.setattr(vm, "_slow_call", _sleepy)
     t0 = time.perf_counter()
-    v = _grade("2", "\\boxed{\\sqrt{4}}", timeout_s=0.5)
+    v = _grade("x^2+4x+4", "\\boxed{(x+2)^2}", timeout_s=0.5)
     assert v.infra_error and not v.passed and "timed out" in v.details
     assert time.perf_counter() - t0 < 5
     monkeypatch.undo()
-    assert _grade("3", "\\boxed{\\sqrt{9}}").passed  # the pool recovers (worker replaced; not a cache hit)
+    assert _grade("x^2-1", "\\boxed{(x-1)(x+1)}").passed  # the pool recovers (worker replaced; not a cache hit)
 
 
 def test_pathological_input_times_out_as_infra() -> None:
@@ -154,7 +154,7 @@ def test_pathological_input_times_out_as_infra() -> None:
 
 def test_worker_error_is_infra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(vm, "_slow_call", lambda g, p: ("honing.verify.math:no_such_function", ()))
-    v = _grade("2", "\\boxed{\\sqrt{4}}")
+    v = _grade("x^2+2x+1", "\\boxed{(x+1)^2}")
     assert v.infra_error and "AttributeError" in v.details
 
 

@@ -2,10 +2,12 @@
 
 Grading order, cheapest first:
 
-1. extraction: `\\boxed{}` if the completion has one, else `<answer>` tags, else the configured
-   extractor (`ctx.extractor`). Exactly one final answer: several different boxed answers, or a
-   hedge such as "3 or 4", "either 3 or 4", "3 and/or 4", "x = 3 or x = 4" get no credit
-   (unless the reference itself contains "or").
+1. extraction: with the `auto` extractor (the default) honing.verify.math_extract reads the
+   completion (boxed, answer tags, answer phrases, LaTeX spans, plain expressions, in that
+   order); a named extractor (`verify.extractor`, or the task's `extractor` param) is used
+   alone. The reference is read the same way when it carries markup. Exactly one final answer:
+   several different boxed answers, or a hedge such as "3 or 4", "either 3 or 4", "3 and/or 4",
+   "x = 3 or x = 4", "$a$ or $b$" get no credit (unless the reference itself contains "or").
 2. exact string match after normalisation (`$`, `\\!`, spaces, trailing period, `\\text{}`,
    `\\left`/`\\right`, `\\dfrac`/`\\tfrac`, degree signs, thousands commas).
 3. numeric comparison with relative tolerance (param `rel_tol`, default 1e-6) when both sides are
@@ -14,6 +16,8 @@ Grading order, cheapest first:
    variable assignment (`x = 3`, when the reference has no `=`) are dropped first. Percentages
    follow math-verify: "50%" matches both 50 and 0.5 (either side may carry the `%`), but a bare
    "50" does not match "0.5".
+   Closed forms made only of numbers (`2\\sqrt{2}`, `\\pi/4`) and sets of plain numbers are
+   compared by honing.verify.math_closed where the verdict is certain.
 4. only then math-verify (`parse` + `verify`) for symbolic equivalence (LaTeX expressions, sets,
    intervals, equations), run in a small persistent pool of worker processes (fresh interpreters)
    with a per-call timeout (param `timeout_s`, default 5). math-verify's own signal-based timeouts
@@ -43,6 +47,7 @@ from typing import Any, Callable
 from honing.rollout.types import Trajectory
 from honing.verify.builtin import layered
 from honing.verify.extract import EXTRACTORS
+from honing.verify.math_closed import closed_compare
 from honing.verify.math_extract import Extracted, extract_math, reference_answer
 from honing.verify.registry import register_verifier
 from honing.verify.types import Verdict, VerifyContext
@@ -180,7 +185,9 @@ def fast_compare(gold: str, pred: str, rel_tol: float = DEFAULT_REL_TOL) -> bool
         pv = numeric_values(normalize(m[1]), allow_assign="=" not in g)
     if gv is not None and pv is not None:
         return any(_close(a, b, rel_tol) for a in gv for b in pv)
-    return None
+    if "%" in g or "%" in p or "=" in g or "=" in p:
+        return None
+    return closed_compare(g, p, _number)
 
 
 # ----------------------------------------------------------------------------- worker pool

@@ -311,9 +311,10 @@ def extract_math(text: str) -> Extracted:
     """The final answer of a maths completion (see the module docstring for the order)."""
     if "</think>" in text and (after := text.rsplit("</think>", 1)[1]).strip():
         text = after  # a reasoning model's answer follows its thinking
-    spans, plain = _candidates(text)
-    if "I hope" in text and (it := _final_hope(text, spans, plain)):
-        return Extracted(it.answer, False, "final_answer", it.mv_text)
+    if "I hope" in text:
+        spans, plain = _candidates(text)
+        if it := _final_hope(text, spans, plain):
+            return Extracted(it.answer, False, "final_answer", it.mv_text)
     boxed = braced_after(text, "\\boxed") + braced_after(text, "\\fbox")
     if boxed:
         return _boxed_answer(text, boxed)
@@ -325,6 +326,7 @@ def extract_math(text: str) -> Extracted:
         inner = extract_math(ans) if ("$" in ans or "\\(" in ans or "\\[" in ans) else None
         return Extracted(ans.strip(), len(found) == 1, "answer_tag",
                          inner.mv_text if inner and inner.answer else ans.strip())
+    spans, plain = _candidates(text)
     if it := _final_is(text, spans, plain):
         return Extracted(it.answer, False, "final_answer", it.mv_text)
     if it := _anchored(text, spans, plain):
