@@ -33,7 +33,7 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=8, help="samples per task at T=1")
     ap.add_argument("--level", type=int, default=1)
     ap.add_argument("--model", default=DEFAULT_MODEL)
-    ap.add_argument("--max-new-tokens", type=int, default=96, help="a level-1 answer is about 40 tokens")
+    ap.add_argument("--max-new-tokens", type=int, default=96, help="a level-1 answer is 45-64 tokens with its source")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (1 is much faster on a shared CPU)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)

@@ -1,11 +1,15 @@
 """The `finance` task source and the `extract` verifier: a reference solver that reads only the
-document scores 1.0 on 200 tasks; fabricated, unit-confused, hedged and malformed answers score 0
-on the affected fields; tasks are deterministic, splits disjoint, params checked."""
+document scores 1.0 on 200 tasks (and on 720 more across levels, hops and document sizes);
+fabricated, unit-confused, hedged and malformed answers score 0 on the affected fields, and so does
+a right number cited from the wrong table or printed only outside the table the question names;
+the cash-flow statement's ending cash reconciles with the balance sheet's cash, and a cross-check
+question asks about it; tasks are deterministic, splits disjoint, params checked."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import random
 import subprocess
 import sys
 from itertools import islice
@@ -15,9 +19,10 @@ import pytest
 
 from honing.errors import TaskError
 from honing.tasks import make_source, task_from_json, task_to_json
-from honing.tasks.finance import IS, FinanceSource
+from honing.tasks.finance import BS, CF, IS, LINE_ITEMS, FinanceSource, _financials
 from honing.verify import VerifyContext, grade
-from honing.verify.finance import document_text, grade_field, parse_answer, parse_tables, solve, to_number, unit_factor
+from honing.verify.finance import (document_numbers, document_sections, document_text, grade_field, parse_answer,
+                                   parse_tables, solve, to_number, unit_factor)
 
 CTX = VerifyContext()
 HONING = str(Path(sys.executable).parent / "honing")
@@ -49,6 +54,161 @@ def test_reference_solver_scores_one_on_200_tasks() -> None:
     for t in tasks:
         v = grade(t, solve(t), CTX)
         assert v.passed and v.score == 1.0 and v.components["traceability"] == 1.0, (t.id, v.details)
+
+
+@pytest.mark.parametrize("level", [1, 2, 3])
+def test_reference_cites_the_named_tables_and_scores_one(level: int) -> None:
+    tasks = [t for hops in (1, 2, 3) for ds in (1, 8)
+             for t in _tasks(40, "train", level=level, hops=hops, doc_sections=ds)]
+    asked = set()
+    for t in tasks:
+        fields, ans = t.hidden["fields"], _answer(t)
+        assert json.loads(solve(dataclasses.replace(t, hidden={})).strip("`\njson")) == ans  # reads no hidden data
+        for n, f in fields.items():
+            metric = n.rsplit("_", 1)[0]
+            asked.add(metric)
+            if f["kind"] == "raw":  # each value is asked from one named table, and the reference cites it
+                assert f["sections"] == [LINE_ITEMS[metric][0]] and ans["sources"][n] == f["sections"][0]
+                assert f"as printed in the {f['sections'][0]}" in t.question
+            else:  # a derived value's inputs are asked alongside, each from its table
+                assert set(f["inputs"]) <= set(fields) and f["sections"]
+                assert set(f["sections"]) == {fields[i]["sections"][0] for i in f["inputs"]}
+        v = grade(t, solve(t), CTX)
+        assert v.passed and v.score == 1.0 and v.components["traceability"] == 1.0, (t.id, v.details)
+        assert v.components["format"] == 1.0
+    if level == 3:
+        assert {"cash_reconciles", "balances", "cash_ending", "free_cash_flow"} <= asked
+
+
+_TWINS = {"cash": "Cash and cash equivalents at end of year", "net_income": "Net income (loss)"}  # -> CF row
+
+
+def _twin_tasks() -> list:
+    """Level-1 look-ups of a value the cash-flow statement prints too, in documents with all three statements."""
+    return [t for t in _tasks(300, level=1, doc_sections=3)
+            if next(iter(t.hidden["fields"])).rsplit("_", 1)[0] in _TWINS]
+
+
+def test_same_valued_number_from_the_wrong_table_scores_zero() -> None:
+    """The balance sheet's cash is also the cash-flow statement's ending cash, and net income is printed
+    in the income statement and the cash-flow statement: the right number cited from the wrong table
+    scores 0, as does an uncited one."""
+    tasks = _twin_tasks()
+    assert {next(iter(t.hidden["fields"])).rsplit("_", 1)[0] for t in tasks} == set(_TWINS) and len(tasks) >= 20
+    for t in tasks:
+        ans = _answer(t)
+        name = next(iter(t.hidden["fields"]))
+        metric, year = name.rsplit("_", 1)[0], int(name.rsplit("_", 1)[1])
+        right = LINE_ITEMS[metric][0]
+        tables, _ = parse_tables(document_text(t))
+        assert to_number(tables[CF][_TWINS[metric]][year]) == to_number(ans[name])  # the same value, wrong table
+        assert grade(t, _completion(ans), CTX).passed
+        alias = {IS: "Income statement", BS: "the balance sheet"}[right]
+        assert grade(t, _completion({**ans, "sources": {name: alias}}), CTX).passed
+        for wrong in (CF, "Statement of cash flows", "## CONSOLIDATED STATEMENTS OF CASH FLOWS",
+                      f"{right} / {CF}", "CONSOLIDATED", "SEGMENT INFORMATION", "Liquidity and capital resources",
+                      "fabricated " * 999):
+            v = grade(t, _completion({**ans, "sources": {name: wrong}}), VerifyContext(format_weight=0.1))
+            assert v.components[f"field:{name}"] == 0.0 and not v.passed and "wrong source" in v.details, wrong
+            assert v.score == pytest.approx(0.1) and v.components["traceability"] == 1.0
+            assert v.components["fabricated"] == 0.0 and len(v.details) < 300  # the citation is not echoed whole
+        # no source, or sources that are not a title per field: 0, and the format layer fails without one
+        for bad in ({}, {"sources": right}, {"sources": [right]}, {"sources": {name: 7}}, {"sources": {name: ""}},
+                    {"sources": {name: [right]}}, {"sources": {name: {"title": right}}}, {"sources": None}):
+            obj = {k: v for k, v in ans.items() if k != "sources"} | bad
+            v = grade(t, _completion(obj), CTX)
+            assert v.score == 0.0 and not v.passed and "wrong source" in v.details and not v.infra_error, bad
+
+
+def test_a_value_printed_only_outside_the_named_table_is_untraceable() -> None:
+    """Blank the asked cell in the named table: the right number still occurs in the cash-flow statement,
+    so a whole-document check would accept it; scoped to the named table it is untraceable."""
+    for t in _twin_tasks():
+        ans = _answer(t)
+        name = next(iter(t.hidden["fields"]))
+        metric, year = name.rsplit("_", 1)[0], int(name.rsplit("_", 1)[1])
+        right, label = LINE_ITEMS[metric][0], LINE_ITEMS[metric][1]
+        doc = document_text(t)
+        body = document_sections(doc)[right]
+        printed = parse_tables(doc)[0][right][label][year]
+        lines = body.split("\n")
+        i = next(i for i, ln in enumerate(lines) if ln.startswith((label + "  ", f"| {label} |")))
+        lines[i] = lines[i].replace(printed, "n/a")
+        tampered_doc = doc.replace(body, "\n".join(lines))
+        task = dataclasses.replace(t, prompt=({"role": "user", "content": t.question.replace(doc, tampered_doc)},))
+        value = abs(to_number(ans[name]))
+        assert value not in document_numbers(document_sections(tampered_doc)[right])
+        assert value in document_numbers(document_sections(tampered_doc)[CF])
+        v = grade(task, _completion(ans), CTX)
+        assert v.score == 0.0 and "untraceable" in v.details and v.components["traceability"] == 0.0, v.details
+        assert v.components["fabricated"] == 0.0  # it is in the document, just not where the question points
+        # the same answer against the same document, traced document-wide (a spec without sections): accepted
+        spec = {k: x for k, x in t.hidden["fields"][name].items() if k != "sections"}
+        unit = {"thousands": 1000, "millions": 10 ** 6}[t.hidden["unit"]]
+        assert grade_field(spec, ans[name], unit, unit, document_numbers(tampered_doc))[0] == 1.0
+        v = grade(task, _completion({**ans, "sources": {name: CF}}), CTX)  # citing where it is: still 0
+        assert v.score == 0.0 and "untraceable" in v.details
+
+
+def test_ending_cash_reconciles_with_balance_sheet_cash() -> None:
+    for seed in range(500):
+        rng = random.Random(seed)
+        years = list(range(2015, 2015 + rng.randint(2, 5)))
+        fin = _financials(rng, years, rng.choice(("thousands", "millions")))
+        for i, y in enumerate(years):
+            d = fin[y]
+            assert d["cash_ending"] == d["cash"] > 0 and d["cash_beginning"] > 0, (seed, y)
+            flows = d["operating_cash_flow"] + d["investing_cash_flow"] + d["financing_cash_flow"]
+            assert d["net_change_in_cash"] == flows
+            assert d["cash_beginning"] + d["net_change_in_cash"] == d["cash_ending"]
+            assert i == 0 or d["cash_beginning"] == fin[years[i - 1]]["cash"]
+            assert d["total_assets"] == d["total_liabilities"] + d["total_equity"]
+            assert d["total_current_assets"] == d["cash"] + d["receivables"] + d["inventories"]
+    # and as printed: every year reconciles, except the year a reconciliation question plants a break in
+    tasks = ([t for lv in (1, 2, 3) for t in _tasks(60, "train", level=lv, doc_sections=2)]
+             + _tasks(60, "train", level=3, hops=3))
+    planted = 0
+    for t in tasks:
+        tables, _ = parse_tables(document_text(t))
+        cf, bs = tables[CF], tables[BS]
+        brk = {int(n.rsplit("_", 1)[1]) for n, f in t.hidden["fields"].items() if n.startswith("cash_reconciles_")
+               and f["value"] is False}
+        planted += len(brk)
+        years = t.metadata["years"]
+        for y in years:
+            end, cash = (to_number(cf["Cash and cash equivalents at end of year"][y]),
+                         to_number(bs["Cash and cash equivalents"][y]))
+            assert (end == cash) == (y not in brk), (t.id, y)
+            begin, change = (to_number(cf["Cash and cash equivalents at beginning of year"][y]),
+                             to_number(cf["Net increase (decrease) in cash and cash equivalents"][y]))
+            assert begin + change == cash
+            assert y == years[0] or begin == to_number(bs["Cash and cash equivalents"][y - 1])
+    assert planted >= 3
+
+
+def test_cash_reconciliation_cross_check() -> None:
+    tasks = [t for t in _tasks(200, "train", level=3, hops=3) if "cash_reconciles" in "".join(t.hidden["fields"])]
+    assert len(tasks) >= 20
+    refs = []
+    for t in tasks:
+        ans = _answer(t)
+        flag = next(n for n in ans if n.startswith("cash_reconciles_"))
+        disc = flag.replace("reconciles", "discrepancy")
+        fields = t.hidden["fields"]
+        refs.append(fields[flag]["value"])
+        assert set(fields[flag]["inputs"]) == {f"cash_ending_{flag[-4:]}", f"cash_{flag[-4:]}"}
+        assert ans[flag] is fields[flag]["value"] and (fields[disc]["value"] == 0) is fields[flag]["value"]
+        v = grade(t, solve(t), CTX)
+        assert v.passed and v.score == 1.0, v.details
+        for k, wrong in ((flag, not ans[flag]), (flag, "maybe"), (disc, ans[disc] + 1), (disc, -ans[disc] or 5)):
+            v = grade(t, _completion({**ans, k: wrong}), CTX)
+            assert not v.passed and v.components[f"field:{k}"] == 0.0, (k, wrong)
+            assert v.score == pytest.approx(1 - 1 / len(fields))
+    assert set(refs) == {True, False}
+    # a policy that always claims the statements reconcile is wrong exactly on the planted breaks
+    flag_of = {t.id: next(n for n in t.hidden["fields"] if n.startswith("cash_reconciles_")) for t in tasks}
+    always = [grade(t, _completion({**_answer(t), flag_of[t.id]: True}), CTX).passed for t in tasks]
+    assert always == refs
 
 
 def test_planted_imbalance_is_caught() -> None:
@@ -96,17 +256,19 @@ def test_unit_handling() -> None:
     name, ans = _raw_field(task), _answer(task)
     value, unit = to_number(ans[name]), task.hidden["unit"]
     factor = {"thousands": 1000, "millions": 10 ** 6}[unit]
+    src = {"sources": ans["sources"]}
     # a different unit, stated: accepted (and traceable through the conversion)
-    assert grade(task, _completion({name: int(value * factor), "unit": "USD"}), CTX).passed
+    assert grade(task, _completion({name: int(value * factor), "unit": "USD", **src}), CTX).passed
     # x1000 with the document's unit, or with no unit: unit-confused
-    for bad in ({name: int(value * 1000), "unit": unit}, {name: int(value * 1000)},
-                {name: int(value), "unit": "USD"}):
+    for bad in ({name: int(value * 1000), "unit": unit, **src}, {name: int(value * 1000), **src},
+                {name: int(value), "unit": "USD", **src}):
         v = grade(task, _completion(bad), CTX)
         assert v.score == 0.0 and "unit-confused" in v.details, (bad, v.details)
     # right value, unit missing: read as printed, passes, but the format layer fails
-    v = grade(task, _completion({name: ans[name]}), CTX)
+    v = grade(task, _completion({name: ans[name], **src}), CTX)
     assert v.passed and v.components["format"] == 0.0
-    assert grade(task, _completion({name: ans[name]}), VerifyContext(format_weight=0.2)).score == pytest.approx(0.8)
+    assert grade(task, _completion({name: ans[name], **src}),
+                 VerifyContext(format_weight=0.2)).score == pytest.approx(0.8)
     near_zero = {"kind": "derived", "value": 0.01, "money": False, "rel_tol": 1e-6, "abs_tol": 0.05}
     assert grade_field(near_zero, 0.0, None, 1000, set())[0] == 1.0  # within rounding, not "100x off"
     assert unit_factor("in thousands of USD") == 1000 and unit_factor("$ millions") == 10 ** 6
@@ -118,7 +280,8 @@ def test_printed_forms_are_accepted() -> None:
     assert to_number("1,23,4") is None and to_number("12 or 13") is None and to_number(True) is None
     task = _tasks(1, level=1)[0]
     name, ans = _raw_field(task), _answer(task)
-    bare = f'```json\n{{"{name}": {ans[name]}, "unit": "{ans["unit"]}"}}\n```'  # 45,678 unquoted
+    bare = (f'```json\n{{"{name}": {ans[name]}, "unit": "{ans["unit"]}", '  # 45,678 unquoted
+            f'"sources": {json.dumps(ans["sources"])}}}\n```')
     assert grade(task, bare, CTX).passed
     assert grade(task, f"<answer>{json.dumps(ans)}</answer>", CTX).passed
     assert grade(task, "The values: " + json.dumps(ans), CTX).passed

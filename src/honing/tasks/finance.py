@@ -4,9 +4,14 @@ the `extract` verifier (honing.verify.finance).
 A document has narrative sections (overview, results, liquidity, outlook, notes...), the
 income statement, balance sheet and cash-flow statement for several fiscal years (markdown or
 plain-text tables under a unit line such as "(in thousands of USD, except per-share data)"),
-and distractor numbers (guidance, segments, other years, share counts). The model answers with
-one JSON object of named fields: raw values as printed plus a "unit" field, derived figures
-(growth, margins, ratios) rounded as stated, and cross-checks as true/false.
+and distractor numbers (guidance, segments, other years, share counts). The cash-flow statement ends
+with the year's opening and ending cash; the ending cash is the balance sheet's cash (and the
+opening cash the prior year's), except where a reconciliation question plants a break to catch.
+The model answers with one JSON object of named fields: raw values as printed plus a "unit"
+field and a "sources" object citing, per raw value, the title of the table it was copied from
+(each question names that table; the hidden spec records it as `sections`), derived figures
+(growth, margins, ratios) rounded as stated, and cross-checks (the balance sheet balances; the
+ending cash reconciles) as true/false with the discrepancy as an amount.
 
 Params: `level` (1..3 or a list; sets the defaults below), `years` (2..5), `distractors`
 (0..20), `hops` (1 locate, 2 derived figure, 3 multi-table / cross-check), `doc_sections`
@@ -52,7 +57,15 @@ LINE_ITEMS: dict[str, tuple[str, str, bool]] = {
     "investing_cash_flow": (CF, "Net cash used in investing activities", True),
     "debt_net": (CF, "Proceeds from (repayment of) debt", True), "dividends": (CF, "Dividends paid", True),
     "financing_cash_flow": (CF, "Net cash provided by (used in) financing activities", True),
+    "net_change_in_cash": (CF, "Net increase (decrease) in cash and cash equivalents", True),
+    "cash_beginning": (CF, "Cash and cash equivalents at beginning of year", True),
+    "cash_ending": (CF, "Cash and cash equivalents at end of year", True),
 }
+# names a reader may cite for a statement in "sources", besides its printed title (compared after
+# source_key's normalisation: case, punctuation, plurals and "consolidated"/"the" do not matter)
+SOURCE_ALIASES = {IS: ("income statement", "statement of operations", "statement of income"),
+                  BS: ("balance sheet", "statement of financial position"),
+                  CF: ("cash flow statement", "statement of cash flows")}
 # raw metrics a question may ask to locate, with the words used in the question
 ASKABLE = {"revenue": "revenue", "gross_profit": "gross profit", "operating_income": "operating income (loss)",
            "net_income": "net income (loss)", "eps": "basic earnings per share", "cash": "cash and cash equivalents",
@@ -82,17 +95,26 @@ DERIVED: dict[str, tuple[tuple[tuple[str, int], ...], Callable[..., float], str,
     "balance_discrepancy": ((("total_assets", 0), ("total_liabilities", 0), ("total_equity", 0)),
                             lambda a, b, c: a - (b + c), "money",
                             "total assets minus (total liabilities + total shareholders' equity); 0 if it balances"),
+    "cash_reconciles": ((("cash_ending", 0), ("cash", 0)), lambda a, b: a == b, "check",
+                        "true if the cash-flow statement's cash and cash equivalents at end of year equal the "
+                        "balance sheet's cash and cash equivalents, else false"),
+    "cash_discrepancy": ((("cash_ending", 0), ("cash", 0)), lambda a, b: a - b, "money",
+                         "the cash-flow statement's cash and cash equivalents at end of year minus the balance "
+                         "sheet's cash and cash equivalents; 0 if they reconcile"),
 }
+CROSS_CHECKS = {"balances", "balance_discrepancy", "cash_reconciles", "cash_discrepancy"}
 QUESTIONS = {2: (("revenue_growth_pct",), ("gross_margin_pct",), ("operating_margin_pct",), ("net_margin_pct",),
                  ("current_ratio",), ("debt_to_equity",)),
-             3: (("free_cash_flow", "fcf_margin_pct"), ("return_on_equity_pct",), ("balances", "balance_discrepancy"))}
+             3: (("free_cash_flow", "fcf_margin_pct"), ("return_on_equity_pct",), ("balances", "balance_discrepancy"),
+                 ("cash_reconciles", "cash_discrepancy"))}
 LEVELS = {1: {"years": 2, "distractors": 1, "hops": 1, "doc_sections": 1, "worked_example": 1},
           2: {"years": 3, "distractors": 3, "hops": 2, "doc_sections": 3, "worked_example": 0},
           3: {"years": 4, "distractors": 6, "hops": 3, "doc_sections": 5, "worked_example": 0}}
 KNOB_RANGES = {"years": (2, 5), "distractors": (0, 20), "hops": (1, 3), "doc_sections": (1, 8), "worked_example": (0, 1)}
 RULES = {"raw": ("copy amounts exactly as printed in the document (as a JSON number, or as a string with the commas; "
                  "an amount printed in parentheses is negative) and give their unit in \"unit\" (the word from the "
-                 "document's unit line)"),
+                 "document's unit line); for every amount you copy, give in \"sources\" the title of the table "
+                 "you copied it from, as printed"),
          "pct": "percentages are numbers rounded to 1 decimal place (12.3 means 12.3%)",
          "ratio": "ratios are rounded to 2 decimal places", "check": "checks are true or false"}
 
@@ -111,11 +133,13 @@ def fmt_amount(v: int | float, dollar: bool = False) -> str:
 
 
 def _financials(rng: random.Random, years: list[int], unit: str) -> dict[int, dict[str, Any]]:
-    """One consistent set of statements per year (doc units; the balance sheet balances)."""
+    """One consistent set of statements per year (doc units): the balance sheet balances, and the
+    cash-flow statement's ending cash is the balance sheet's cash (its opening cash the prior year's)."""
     rev = rng.randint(20_000, 2_000_000) if unit == "thousands" else rng.randint(400, 60_000)
     cogs_r, rd_r, sga_r = rng.uniform(0.35, 0.7), rng.uniform(0.04, 0.15), rng.uniform(0.08, 0.2)
     shares = max(10, int(rev * rng.uniform(0.005, 0.05)))
     out: dict[int, dict[str, Any]] = {}
+    opening: int | None = None
     for y in years:
         rev = max(100, int(rev * rng.uniform(0.9, 1.3)))
         d: dict[str, Any] = {"revenue": rev, "cost_of_revenue": int(rev * (cogs_r + rng.uniform(-0.03, 0.03)))}
@@ -134,12 +158,9 @@ def _financials(rng: random.Random, years: list[int], unit: str) -> dict[int, di
                           ("ppe", 0.1, 0.6), ("goodwill", 0.0, 0.3), ("accounts_payable", 0.04, 0.12),
                           ("accrued_liabilities", 0.02, 0.08), ("long_term_debt", 0.05, 0.5)):
             d[k] = max(1, int(rev * rng.uniform(lo, hi)))
-        d["total_current_assets"] = d["cash"] + d["receivables"] + d["inventories"]
-        d["total_assets"] = d["total_current_assets"] + d["ppe"] + d["goodwill"]
-        d["total_current_liabilities"] = d["accounts_payable"] + d["accrued_liabilities"]
-        d["long_term_debt"] = max(1, min(d["long_term_debt"], int(d["total_assets"] * 0.9) - d["total_current_liabilities"]))
-        d["total_liabilities"] = d["total_current_liabilities"] + d["long_term_debt"]
-        d["total_equity"] = d["total_assets"] - d["total_liabilities"]
+        # cash is not free: it is the year's opening cash plus the cash flows below (the first year's
+        # draw is its opening balance; later draws are discarded so the rest of the stream is unchanged)
+        d["cash_beginning"] = opening = d["cash"] if opening is None else opening
         d["cf_net_income"], d["depreciation"] = d["net_income"], max(1, int(d["ppe"] * rng.uniform(0.08, 0.2)))
         d["working_capital"] = int(rev * rng.uniform(-0.05, 0.03))
         d["operating_cash_flow"] = d["net_income"] + d["depreciation"] + d["working_capital"]
@@ -147,7 +168,18 @@ def _financials(rng: random.Random, years: list[int], unit: str) -> dict[int, di
         d["acquisitions"] = -int(rev * rng.uniform(0.0, 0.1)) if rng.random() < 0.5 else 0
         d["investing_cash_flow"] = d["capital_expenditures"] + d["acquisitions"]
         d["debt_net"], d["dividends"] = int(rev * rng.uniform(-0.05, 0.05)), -int(rev * rng.uniform(0.0, 0.04))
+        floor = max(1, int(rev * 0.02))  # a shortfall below the floor is borrowed
+        short = floor - (opening + d["operating_cash_flow"] + d["investing_cash_flow"] + d["debt_net"] + d["dividends"])
+        d["debt_net"] += max(0, short)
         d["financing_cash_flow"] = d["debt_net"] + d["dividends"]
+        d["net_change_in_cash"] = d["operating_cash_flow"] + d["investing_cash_flow"] + d["financing_cash_flow"]
+        d["cash"] = d["cash_ending"] = opening = opening + d["net_change_in_cash"]
+        d["total_current_assets"] = d["cash"] + d["receivables"] + d["inventories"]
+        d["total_assets"] = d["total_current_assets"] + d["ppe"] + d["goodwill"]
+        d["total_current_liabilities"] = d["accounts_payable"] + d["accrued_liabilities"]
+        d["long_term_debt"] = max(1, min(d["long_term_debt"], int(d["total_assets"] * 0.9) - d["total_current_liabilities"]))
+        d["total_liabilities"] = d["total_current_liabilities"] + d["long_term_debt"]
+        d["total_equity"] = d["total_assets"] - d["total_liabilities"]
         out[y] = d
     return out
 
@@ -254,17 +286,27 @@ def _segment_table(d: _Doc, markdown: bool) -> str:
 
 
 # --- questions -----------------------------------------------------------------------------------
+def source_key(name: Any) -> str:
+    """A table title or alias as compared: 'CONSOLIDATED BALANCE SHEETS' == 'Balance sheet'."""
+    words = "".join(c if c.isalnum() else " " for c in str(name).lower()).split()
+    return " ".join(w[:-1] if len(w) > 3 and w.endswith("s") else w for w in words if w not in ("consolidated", "the"))
+
+
 def _raw_field(metric: str, year: int, fin: dict) -> dict[str, Any]:
+    """`sections`: the table the question names; the value must be read there and cited by its title."""
     return {"kind": "raw", "value": fin[year][metric], "money": LINE_ITEMS[metric][2], "rel_tol": 1e-6,
-            "abs_tol": 0.0, "sign_free": metric == "capital_expenditures"}
+            "abs_tol": 0.0, "sign_free": metric == "capital_expenditures", "sections": [LINE_ITEMS[metric][0]]}
 
 
 def _derived_field(name: str, year: int, fin: dict) -> dict[str, Any]:
+    """`inputs`: the raw fields (asked alongside) it is computed from; `sections`: their tables."""
     inputs, fn, kind, _ = DERIVED[name]
     value = fn(*(fin[year + off][m] for m, off in inputs))
     tol = {"pct": 0.05 + 1e-9, "ratio": 0.005 + 1e-9}.get(kind, 0.0)
-    return {"kind": "check" if name.startswith("balance") else "derived", "value": value,
-            "money": kind == "money", "rel_tol": 1e-6, "abs_tol": tol, "sign_free": False, "format": kind}
+    return {"kind": "check" if name in CROSS_CHECKS else "derived", "value": value,
+            "money": kind == "money", "rel_tol": 1e-6, "abs_tol": tol, "sign_free": False, "format": kind,
+            "inputs": [f"{m}_{year + off}" for m, off in inputs],
+            "sections": [s for s in (IS, BS, CF) if any(LINE_ITEMS[m][0] == s for m, _ in inputs)]}
 
 
 def describe(name: str) -> str:
@@ -277,7 +319,7 @@ def describe(name: str) -> str:
         return f"{desc}, for fiscal {year} ({how})"
     sign = " (as a positive number)" if metric == "capital_expenditures" else ""
     label = ASKABLE.get(metric, LINE_ITEMS[metric][1].lower())
-    return f"{label} for fiscal {year}, as printed in the document{sign}"
+    return f"{label} for fiscal {year}, as printed in the {LINE_ITEMS[metric][0]}{sign}"
 
 
 def _questions(rng: random.Random, level: int, hops: int, years: list[int], fin: dict) -> dict[str, dict]:
@@ -289,6 +331,8 @@ def _questions(rng: random.Random, level: int, hops: int, years: list[int], fin:
     year = rng.choice(years[1:] if "revenue_growth_pct" in names else years)
     if "balances" in names and rng.random() < 0.5:  # plant an inconsistency the question must catch
         fin[year]["total_equity"] += rng.choice((-1, 1)) * rng.randint(1, max(2, fin[year]["total_equity"] // 20))
+    if "cash_reconciles" in names and rng.random() < 0.5:  # the cash-flow statement's ending cash, off
+        fin[year]["cash_ending"] += rng.choice((-1, 1)) * rng.randint(1, max(2, fin[year]["cash"] // 20))
     fields: dict[str, dict] = {}
     for name in names:
         for m, off in DERIVED[name][0]:
@@ -303,15 +347,18 @@ def _worked_example(rng: random.Random, fields: dict, fin: dict, stmts: list[str
     """A solved look-up of another row of the same document (the easiest level shows one)."""
     pairs = [(m, y) for m in ASKABLE for y in years if LINE_ITEMS[m][0] in stmts and f"{m}_{y}" not in fields]
     m, y = rng.choice(pairs)
-    ex = {f"{m}_{y}": fmt_amount(fin[y][m]), "unit": unit}
-    return (f"Example: asked for {ASKABLE[m]} in fiscal {y}, you would find the row \"{LINE_ITEMS[m][1]}\" and the "
-            f"column {y}, and answer:\n```json\n{json.dumps(ex)}\n```\n")
+    ex = {f"{m}_{y}": fmt_amount(fin[y][m]), "unit": unit, "sources": {f"{m}_{y}": LINE_ITEMS[m][0]}}
+    return (f"Example: asked for {ASKABLE[m]} in fiscal {y}, you would find the row \"{LINE_ITEMS[m][1]}\" of the "
+            f"{LINE_ITEMS[m][0]} and the column {y}, and answer:\n```json\n{json.dumps(ex)}\n```\n")
 
 
 def _answer_template(fields: dict[str, dict]) -> str:
     parts = [f'"{n}": ' + ("<true or false>" if f.get("format") == "check" else "<number>") for n, f in fields.items()]
     if any(f["money"] for f in fields.values()):
         parts.append('"unit": "<unit>"')
+    cited = [n for n, f in fields.items() if f["kind"] == "raw"]
+    if cited:
+        parts.append('"sources": {' + ", ".join(f'"{n}": "<table title>"' for n in cited) + "}")
     return "{" + ", ".join(parts) + "}"
 
 
@@ -370,6 +417,9 @@ class FinanceSource:
         lines = "\n".join(f'- "{name}": {describe(name)}' for name in fields)
         if any(f["money"] for f in fields.values()):
             lines += '\n- "unit": the unit of the amounts you report, as stated in the document'
+        if any(f["kind"] == "raw" for f in fields.values()):
+            lines += ('\n- "sources": an object giving, for each value you copy from a table, the title of that '
+                      'table as printed (the table the field names)')
         example = _worked_example(rng, fields, fin, stmts, years, unit) if knobs["worked_example"] else ""
         text = (f"Read this annual report excerpt and answer from it.\n\n{DOC_START}\n{doc}\n{DOC_END}\n\n"
                 f"Report these fields as one JSON object:\n{lines}\n\n{rules(fields)}\n{example}Answer format:\n```json\n"

@@ -4,19 +4,31 @@ The completion must hold exactly one JSON object (a ```json block, <answer> tags
 {...}); several different objects (a hedge) or malformed JSON score 0 with a reason. Each field
 named in `task.hidden["fields"]` is graded on its own:
 
-* raw (a value copied from the document): traceability first. The number as written, or the
-  same number converted to the document's unit, must occur among the numbers of the document
-  text (read from the prompt between the DOCUMENT markers); if not, it is a fabrication and
-  scores 0 even when numerically right. Then numeric equality (relative tolerance).
+* raw (a value copied from the document): traceability first, scoped to where the question
+  points. The field's spec names its table (`sections`, hidden); the number as written, or the
+  same number converted to the document's unit, must occur among the numbers of that table in the
+  document text (read from the prompt between the DOCUMENT markers, split at its "## " headings).
+  A number that occurs nowhere is a fabrication; one that occurs only elsewhere (a narrative
+  paragraph, another statement, the segment table) is untraceable; both score 0 even when
+  numerically right. The answer's "sources" object must cite, for the field, that table's title
+  (or an alias in SOURCE_ALIASES): a missing source, or one naming another table, scores 0 even
+  when the number equals the right one (the balance sheet's cash is also the cash-flow
+  statement's ending cash; net income is printed in two statements). Then numeric equality.
 * derived (growth, margins, ratios, free cash flow): numeric, within the field's tolerance.
-* check (cross-table consistency): a bool compared exactly, or a number like derived.
+* check (cross-table consistency: the balance sheet balances; the cash-flow statement's ending
+  cash reconciles with the balance sheet's cash): a bool compared exactly, or a number like
+  derived. Derived and check fields are graded on their value; their inputs are asked as raw
+  fields alongside (spec `inputs`) and each is traced and source-checked as above.
 
 Money fields are normalised by the answer's "unit" field ("thousands", "in millions of USD",
 "USD"...). A missing or unrecognised unit means "as printed" (the document's unit) and fails
 the format layer. A value off by a unit factor (1000x, or 100x for percentages) is reported as
 unit-confused and scores 0. Score = (1 - format_weight) * mean field score + format_weight *
-format; `passed` = every field correct. Not covered: whether the model found the value in the
-right table (a traceable value with the right number is accepted wherever it occurs).
+format (every field present, a recognised unit where amounts are asked, a source for every raw
+field); `passed` = every field correct. Task specs without `sections` (older task files) are
+traced against the whole document and need no source. Not covered: a model that cites the right
+table while reading a same-valued number elsewhere cannot be told apart from one that read the
+right table (the number is then in the right table too).
 """
 
 from __future__ import annotations
@@ -29,7 +41,7 @@ from fractions import Fraction
 from typing import Any
 
 from honing.rollout.types import Trajectory
-from honing.tasks.finance import DERIVED, DOC_END, DOC_START, LINE_ITEMS, UNIT_FACTORS
+from honing.tasks.finance import DERIVED, DOC_END, DOC_START, LINE_ITEMS, SOURCE_ALIASES, UNIT_FACTORS, source_key
 from honing.verify.registry import register_verifier
 from honing.verify.types import Verdict, VerifyContext
 
@@ -125,14 +137,32 @@ def document_numbers(doc: str) -> set[Fraction]:
     return {Fraction(s.replace(",", "")) for s in _DOC_NUM.findall(doc)}
 
 
+def document_sections(doc: str) -> dict[str, str]:
+    """'## Title' -> the text under it, up to the next '## ' heading (a repeated title: joined)."""
+    out: dict[str, str] = {}
+    for block in re.split(r"^## ", doc, flags=re.M)[1:]:
+        title, _, body = block.partition("\n")
+        out[title.strip()] = out.get(title.strip(), "") + "\n" + body
+    return out
+
+
+def cites(source: Any, sections: list[str]) -> bool:
+    """Whether an answer's source names one of `sections` (its title or an alias, normalised)."""
+    if not isinstance(source, str) or not source.strip():
+        return False
+    key = source_key(source.strip().lstrip("#"))
+    return any(key == source_key(s) or key in {source_key(a) for a in SOURCE_ALIASES.get(s, ())} for s in sections)
+
+
 # --- grading -------------------------------------------------------------------------------------
 def _close(a: Fraction, b: Fraction, rel: float, abs_tol: Fraction) -> bool:
     return abs(a - b) <= max(abs_tol, Fraction(rel) * abs(b))
 
 
-def grade_field(spec: dict, value: Any, ans_unit: int | None, doc_unit: int,
-                doc_nums: set[Fraction]) -> tuple[float, str, bool | None]:
-    """(score, why it failed or '', traced: None for non-raw fields)."""
+def grade_field(spec: dict, value: Any, ans_unit: int | None, doc_unit: int, doc_nums: set[Fraction],
+                scope_nums: set[Fraction] | None = None, source: Any = None) -> tuple[float, str, bool | None]:
+    """(score, why it failed or '', traced: None for non-raw fields). `scope_nums`: the numbers of the
+    sections the field points to (None: the whole document); `source`: the answer's citation."""
     ref = spec["value"]
     if isinstance(ref, bool):
         got = value if isinstance(value, bool) else {"true": True, "yes": True, "false": False, "no": False}.get(
@@ -152,12 +182,20 @@ def grade_field(spec: dict, value: Any, ans_unit: int | None, doc_unit: int,
     confused = None if ok else next((k for k in ((1000, 10 ** 6, 10 ** 9) if spec["money"] else (100,)) if b and (
         _close(a, b * k, spec["rel_tol"], abs_tol * k) or _close(a * k, b, spec["rel_tol"], abs_tol))), None)
     traced = None
-    if spec["kind"] == "raw":  # traceability first: a right number that is not in the document is invented
-        traced = abs(x) in doc_nums or abs(a / doc_unit if spec["money"] else x) in doc_nums
+    if spec["kind"] == "raw":  # traceability first: a right number that is not where it is asked is invented
+        forms = {abs(x), abs(a / doc_unit if spec["money"] else x)}
+        scope = doc_nums if scope_nums is None else scope_nums
+        traced = bool(forms & scope)
         if not traced and not confused:
+            if forms & doc_nums:
+                return 0.0, (f"untraceable: {value!r} does not occur in {' / '.join(spec['sections'])} (only "
+                             "elsewhere in the document)"), False
             return 0.0, f"fabricated: {value!r} does not occur in the document", False
     if confused:
         return 0.0, f"unit-confused: {value!r} is off by a factor of {confused}", traced
+    if spec["kind"] == "raw" and spec.get("sections") and not cites(source, spec["sections"]):
+        why = "no source given" if source is None else f"source {repr(source)[:80]} is not the table the question names"
+        return 0.0, f"wrong source: {why} ({' / '.join(spec['sections'])})", traced
     if ok:
         return 1.0, "", traced
     return 0.0, f"{value!r} is wrong", traced
@@ -178,25 +216,33 @@ class ExtractVerifier:
         doc_unit = UNIT_FACTORS[task.hidden["unit"]]
         needs_unit = any(f["money"] for f in fields.values())
         ans_unit = unit_factor(obj.get("unit")) if needs_unit else None
-        doc_nums = document_numbers(document_text(task))
-        scores, problems, traced = {}, [], []
+        doc = document_text(task)
+        doc_nums, sections = document_numbers(doc), document_sections(doc)
+        sources = obj.get("sources") if isinstance(obj.get("sources"), dict) else {}
+        cited = [n for n, f in fields.items() if f["kind"] == "raw" and f.get("sections")]
+        scores, problems, traced, fabricated = {}, [], [], 0
         for name, spec in fields.items():
             if name not in obj:
                 scores[name], reason, tr = 0.0, "missing", False if spec["kind"] == "raw" else None
             else:
-                scores[name], reason, tr = grade_field(spec, obj[name], ans_unit, doc_unit, doc_nums)
+                scope = (set().union(*(document_numbers(sections.get(s, "")) for s in spec["sections"]))
+                         if spec["kind"] == "raw" and spec.get("sections") else None)
+                scores[name], reason, tr = grade_field(spec, obj[name], ans_unit, doc_unit, doc_nums, scope,
+                                                       sources.get(name))
             if tr is not None:
                 traced.append(tr)
+            fabricated += reason.startswith("fabricated")
             if reason:
                 problems.append(f"{name}: {reason}")
-        format_ok = all(n in obj for n in fields) and (ans_unit is not None or not needs_unit)
+        format_ok = (all(n in obj for n in fields) and (ans_unit is not None or not needs_unit)
+                     and all(n in sources for n in cited))
         if needs_unit and ans_unit is None:
             problems.append(f"unit: {'missing' if 'unit' not in obj else repr(obj['unit']) + ' not recognised'}"
                             " (amounts read as printed)")
         correct = sum(scores.values()) / max(len(scores), 1)
         comps = {f"field:{n}": s for n, s in scores.items()} | {
             "format": float(format_ok), "traceability": sum(traced) / len(traced) if traced else 1.0,
-            "fabricated": float(sum("fabricated" in p for p in problems)), "correct": correct}
+            "fabricated": float(fabricated), "correct": correct}
         return Verdict((1.0 - w) * correct + w * float(format_ok), correct >= 1.0, comps,
                        "; ".join(problems) or "all fields correct", cost_s=time.perf_counter() - t0)
 
@@ -242,6 +288,10 @@ def solve(task: Any) -> str:
     for name in names:
         if name == "unit":
             out["unit"] = unit
+            continue
+        if name == "sources":
+            out["sources"] = {n: LINE_ITEMS[n.rsplit("_", 1)[0]][0] for n in names
+                              if n.rsplit("_", 1)[0] in LINE_ITEMS}  # the title of the table it was read in
             continue
         metric, year = name.rsplit("_", 1)[0], int(name.rsplit("_", 1)[1])
         if metric not in DERIVED:
