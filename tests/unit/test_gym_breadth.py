@@ -159,3 +159,13 @@ def test_game_of_life_halting_scorer_is_fixed() -> None:
         assert ds.score_answer(other, task.hidden["entry"]) == 1.0, "fixed upstream: drop SCORER_FIXES entry"
         assert not grade(task, f"<answer>{other}</answer>", VerifyContext()).passed
         assert grade(task, f"<answer>{answer.lower()}</answer>", VerifyContext()).passed
+
+
+def test_one_reading_per_reply_no_second_chance() -> None:
+    """gsm_symbolic's scorer reads the *first* number; the default reading for a numeric
+    reference is the *last* one. Scoring both would let '<right> ... <wrong>' pass."""
+    task = next(iter(make_source("gym:gsm_symbolic", {}).tasks("train", 0)))
+    ref = int(float(task.hidden["answer"]))
+    assert grade(task, f"{ref}", VerifyContext()).passed
+    hedge = grade(task, f"First I thought {ref}, but it is {ref + 1}", VerifyContext())
+    assert not hedge.passed and hedge.score < 0.5, hedge.details  # gsm_symbolic gives 0.01 for a wrong number

@@ -187,9 +187,11 @@ def answer_key(task: Task, traj: Any, extractor: str) -> Optional[str]:
         prog, _ = extract_program(text)
         lines = [ln.rstrip() for ln in prog.strip().splitlines() if ln.strip()]
         return "\n".join(lines) or None
+    from honing.verify.extract import EXTRACTORS
     from honing.verify.math import extract_answer, normalize
 
-    ans, _ = extract_answer(text, extractor)
+    # the answer the task's verifier reads: the maths reading for `math`, else the named extractor
+    ans, _ = extract_answer(text, extractor) if task.verifier.name == "math" else EXTRACTORS[extractor](text)
     return normalize(ans) if ans is not None else None
 
 

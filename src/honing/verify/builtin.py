@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any, Callable
 
@@ -33,8 +34,9 @@ def _bool_answer(answer: str, entry: dict[str, Any]) -> float:
 # Scorers honing replaces. reasoning-gym 0.1.19's game_of_life_halting compares bool(answer) with
 # bool(entry["answer"]), both non-empty strings, so every non-empty answer scored 1.
 SCORER_FIXES: dict[str, Callable[[str, dict[str, Any]], float]] = {"game_of_life_halting": _bool_answer}
-# The longest completion tried whole as an answer (longer ones are not a bare answer).
+# The longest completion read whole as an answer (longer ones are not a bare answer).
 MAX_WHOLE_ANSWER = 20_000
+_PLAIN_NUMBER = re.compile(r"-?\d+(?:,\d{3})*(?:\.\d+)?")
 
 
 class ReasoningGymVerifier:
@@ -42,10 +44,12 @@ class ReasoningGymVerifier:
 
     reasoning-gym's convention is an <answer> tag, so a completion with <answer> tags is graded on
     the tag's content, passed through intact (multi-line grids, comma lists, expressions; two
-    different tags get no credit), whatever `ctx.extractor` is; otherwise `ctx.extractor` picks
-    the answer. A completion without tags that is, as a whole, an answer the dataset's scorer
-    gives full marks also passes (a bare 'START,...,END' ladder must not be cut to its last
-    number); partial credit comes only from the extracted answer. `format` is `ctx.extractor`'s.
+    different tags get no credit), whatever `ctx.extractor` is. Without tags a named extractor
+    picks the answer; `auto` reads the last number when the reference is a plain number and the
+    whole reply otherwise (a bare 'START,...,END' ladder must not be cut to its last number).
+    Exactly one reading is scored: trying a second one would give a reply two chances (the
+    last number for one reading, the first number for gsm_symbolic's scorer on the whole text).
+    `format` is `ctx.extractor`'s.
     A scorer that raises on a malformed answer (boxnet, game_of_life, prime_factorization do)
     grades it 0, not as an infra error.
     """
@@ -74,13 +78,10 @@ class ReasoningGymVerifier:
 
         if "<answer>" in text:
             answer = EXTRACTORS["answer_tag"](text)[0]
-            correct = score(answer)
-        else:
-            correct = score(answer)
+        elif ctx.extractor == "auto" and not _PLAIN_NUMBER.fullmatch(str(entry.get("answer", "")).strip()):
             whole = text.strip()
-            if correct < 1.0 and whole and whole != answer and len(whole) <= MAX_WHOLE_ANSWER \
-                    and score(whole, note=False) >= 1.0:
-                answer, correct = whole, 1.0
+            answer = whole if whole and len(whole) <= MAX_WHOLE_ANSWER else None
+        correct = score(answer)
         details = f"extracted={answer!r}" + (f"; scorer raised {raised[0]}" if raised else "")
         return layered(max(0.0, min(correct, 1.0)), format_ok, ctx, details, t0)
 

@@ -56,8 +56,8 @@ def full(text: str) -> tuple[str | None, bool]:
 
 
 EXTRACTORS: dict[str, Callable[[str], tuple[str | None, bool]]] = {
-    # `auto`: each verifier's own reading. The `math` verifier reads maths (honing.verify.math_extract);
-    # the exact, numeric and reasoning_gym verifiers take the last number, as they always have.
+    # `auto`: each verifier's own reading. The `math` verifier reads maths (honing.verify.math_extract),
+    # `reasoning_gym` its own way (builtin.py); exact and numeric take the last number, as they always have.
     "auto": last_number,
     "answer_tag": answer_tag,
     "boxed": boxed,
