@@ -371,6 +371,12 @@ class RunOptions(_Node):
 class RunConfig(_Node):
     name: str | None = None
     """Run name (default: recipe name + timestamp)."""
+    plugins: list[str] = []
+    """Python modules (`my_pkg.rewards`) or files (`./my_rewards.py`, relative to the recipe) imported at
+    start-up, before anything is built: their register_verifier/register_source calls make names usable."""
+    report_to: list[Literal["tensorboard", "wandb", "mlflow"]] = ["tensorboard"]
+    """Where step metrics go besides metrics.jsonl (same names): tensorboard (tb/), wandb, mlflow
+    (offline/local-file modes unless their own environment variables say otherwise)."""
     out_dir: str = "runs"
     """Parent folder of run directories."""
     seed: int = 0
