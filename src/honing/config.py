@@ -500,7 +500,16 @@ def load_config(ref: str | Path | None = None, overrides: list[str] = ()) -> tup
             RunConfig.model_validate(data)
         except ValidationError as e:
             raise _explain(e, f"override '{text}'") from None
-    return RunConfig.model_validate(data), path
+    cfg = RunConfig.model_validate(data)
+    if cfg.plugins:
+        from honing.plugins import load_plugins
+
+        load_plugins(cfg.plugins, path.resolve().parent)
+    else:
+        from honing.plugins import set_base
+
+        set_base(path.resolve().parent)
+    return cfg, path
 
 
 def dump_config(cfg: RunConfig) -> str:

@@ -112,7 +112,7 @@ def test_gym_nested_list_params_are_accepted() -> None:
 
 
 def test_unknown_source_kind() -> None:
-    with pytest.raises(TaskError, match="'gym:<name>'"):
+    with pytest.raises(TaskError, match="unknown task source 'huggingface:foo'.*gym:<dataset>.*not found"):
         make_source("huggingface:foo")
     with pytest.raises(TaskError, match="no params"):
         make_source("jsonl:whatever.jsonl", {"a": 1})
@@ -323,18 +323,20 @@ def test_register_plain_function_verifier() -> None:
     task = Task("f1", "dom", ({"role": "user", "content": "2+2?"},), VerifierSpec("test_fn"), hidden={"answer": "4"})
     v = grade(task, " 4 ", VerifyContext())
     assert v.score == 1.0 and v.passed and not v.infra_error
-    assert seen == {"prompt": "2+2?", "answer": "4", "task_id": "f1", "domain": "dom"}
+    assert {k: seen[k] for k in ("prompt", "answer", "task_id", "domain")} == \
+        {"prompt": "2+2?", "answer": "4", "task_id": "f1", "domain": "dom"}
+    assert seen["task"] is task and seen["trajectory"].completion_text == " 4 "  # trusted grader code sees the task
     w = grade(task, "5", VerifyContext())
     assert w.score == 0.25 and not w.passed
 
     @register_verifier("test_fn_noargs")
     def plain(prompt, completion):  # noqa: ANN001
-        return 3.0  # clamped into [0, 1]
+        return 3.0  # out of [0, 1]: an infrastructure error naming the verifier, never a clipped 1.0
 
     assert plain("a", "b") == 3.0  # the decorator returns the function unchanged
     v2 = grade(Task("f2", "d", ({"role": "user", "content": "q"},), VerifierSpec("test_fn_noargs")), "x",
                VerifyContext())
-    assert v2.score == 1.0 and v2.passed
+    assert v2.infra_error and not v2.passed and "test_fn_noargs" in v2.details and "3.0" in v2.details
 
 
 def test_unknown_verifier_names_closest() -> None:

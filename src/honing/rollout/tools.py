@@ -339,9 +339,40 @@ BUILTIN_TOOLS: dict[str, Tool] = {t.name: t for t in (
 CODING_TOOLS = tuple(BUILTIN_TOOLS)
 
 
+USER_TOOLS: dict[str, Tool] = {}
+
+
+def register_tool(tool: Tool) -> Tool:
+    """Make a user Tool nameable in a task's `environment["tools"]`. Its function runs on the host
+    with a ToolContext and must act on the episode's sandbox through `ctx.session` (run, read,
+    write): what the model wrote never runs outside the box."""
+    if not isinstance(tool, Tool):
+        raise TypeError(f"register_tool takes a honing Tool, got {type(tool).__name__}")
+    if tool.name in BUILTIN_TOOLS:
+        raise ValueError(f"tool name {tool.name!r} is a built-in")
+    USER_TOOLS[tool.name] = tool
+    return tool
+
+
+def _tool(name: str) -> Tool | None:
+    if name in BUILTIN_TOOLS:
+        return BUILTIN_TOOLS[name]
+    if name in USER_TOOLS:
+        return USER_TOOLS[name]
+    from honing import plugins
+
+    if plugins.is_reference(name):
+        obj = plugins.resolve(name, plugins.base())
+        if isinstance(obj, Tool):
+            return USER_TOOLS.setdefault(name, obj)
+    return None
+
+
 def get_tools(names: Sequence[str] | None = None) -> list[Tool]:
     names = list(names) if names is not None else list(CODING_TOOLS)
-    unknown = [n for n in names if n not in BUILTIN_TOOLS]
+    found = {n: _tool(n) for n in names}
+    unknown = [n for n, t in found.items() if t is None]
     if unknown:
-        raise ValueError(f"unknown tool(s) {unknown} (built-ins: {', '.join(BUILTIN_TOOLS)})")
-    return [BUILTIN_TOOLS[n] for n in names]
+        raise ValueError(f"unknown tool(s) {unknown} (built-ins: {', '.join(BUILTIN_TOOLS)}"
+                         + (f"; registered: {', '.join(USER_TOOLS)}" if USER_TOOLS else "") + ")")
+    return [found[n] for n in names]  # type: ignore[misc]

@@ -6,9 +6,12 @@ from honing.errors import TaskError
 from honing.tasks.gym import GymSource, gym_dataset_names
 from honing.tasks.jsonl import JsonlSource
 from honing.tasks.types import Message, Task, TaskSource, VerifierSpec, task_from_json, task_to_json
+from honing.tasks.user import SOURCES, build_user_source, register_source
 
 __all__ = ["Task", "TaskSource", "VerifierSpec", "Message", "make_source", "GymSource", "JsonlSource",
-           "gym_dataset_names", "task_from_json", "task_to_json"]
+           "gym_dataset_names", "task_from_json", "task_to_json", "register_source"]
+BUILTIN_SOURCES = ("humaneval", "code:functions", "finance", "repair", "repair:dir:<path>", "gym:<dataset>",
+                   "jsonl:<path>")
 
 SOURCE_KINDS = ("gym", "jsonl")
 
@@ -41,6 +44,29 @@ def make_source(name: str, params: dict | None = None, verifier: str | None = No
         if params:
             raise TaskError(f"{name}: jsonl sources take no params (got {sorted(params)})")
         return JsonlSource(rest, verifier, system_prompt, prompt_template)
-    raise TaskError(f"unknown task source '{name}': expected one of "
-                    + ", ".join(f"'{k}:<name>'" for k in SOURCE_KINDS) + ", 'humaneval', 'code:functions', 'finance'"
-                    + ", 'repair', 'repair:dir:<path>'")
+    return _user_source(name, params, verifier, system_prompt)
+
+
+def _user_source(name: str, params: dict | None, verifier: str | None, system_prompt: str | None) -> TaskSource:
+    """A registered source, user code by reference, an installed package's entry point, or an
+    environment package (`env:<name>`)."""
+    from honing import plugins
+
+    if name in SOURCES:
+        return build_user_source(SOURCES[name], name, params, verifier, system_prompt)
+    known = list(BUILTIN_SOURCES) + sorted(SOURCES) + plugins.entry_point_names("source") + \
+        [f"env:{n}" for n in plugins.entry_point_names("environment")]
+    if plugins.is_reference(name):
+        try:
+            obj = plugins.resolve(name, plugins.base())
+        except plugins.ModuleMissing as e:
+            raise plugins.unknown_name("task source", name, known, str(e)) from None
+        return build_user_source(obj, name, params, verifier, system_prompt)
+    if name.startswith("env:"):
+        from honing.envpkg import environment_source
+
+        return environment_source(name[len("env:"):], params, verifier, system_prompt)
+    found = plugins.load_entry_point("source", name)
+    if found is not None:
+        return build_user_source(found, name, params, verifier, system_prompt)
+    raise plugins.unknown_name("task source", name, known)
