@@ -18,7 +18,7 @@ import sys
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -29,6 +29,7 @@ from honing.models import load_policy
 from honing.schedule.orchestrate import CostModel
 from honing.schedule.pipeline import Pipeline, StepBatch
 from honing.schedule.progress import Progress
+from honing.schedule.reporters import check_reporters
 from honing.schedule.resume import (INITIAL, choose_step, load_model_weights, load_trainer_state, load_weights_into,
                                     open_state)
 from honing.schedule.rollout_side import LocalRollout, eos_ids_of
@@ -131,8 +132,9 @@ class Run:
     """One training run's moving parts, so `train` can read as the loop it is."""
 
     def __init__(self, cfg: RunConfig, run_dir: Path, show_progress: bool, resume: bool,
-                 from_step: int | None) -> None:
+                 from_step: int | None, plain_progress: bool = False) -> None:
         self.cfg, self.dir = cfg, run_dir
+        check_reporters(cfg.report_to)  # a report_to package that is missing fails here, before anything is written
         if cfg.run.deterministic:
             torch.use_deterministic_algorithms(True)
         self.train_cfg = effective_train_config(cfg)
@@ -145,7 +147,7 @@ class Run:
         self.engine = TransformersEngine(self.model, self.eos, self.tok.pad_token_id, cfg.model.bf16_autocast,
                                          cfg.generation.max_batch_size, engine_weights_dtype(
                                              cfg.generation.weights, cfg.model.bf16_autocast, self.model.device))
-        self.progress = Progress(enabled=show_progress)
+        self.progress = Progress(enabled=show_progress, plain=plain_progress)
         self.resume_row: dict | None = None
         run_dir.mkdir(parents=True, exist_ok=True)
         if resume and (run_dir / "state.sqlite").exists():
@@ -161,13 +163,16 @@ class Run:
             self.state = RunState(run_dir / "state.sqlite", create=True)
         atomic_write_text(run_dir / "config.yaml", dump_config(cfg))
         self._rewrite_metrics(self.resume_row["step"] if self.resume_row else -1)
-        self.log = RunLog(run_dir, purge_step=self.resume_row["step"] + 1 if self.resume_row else None)
+        self.log = RunLog(run_dir, purge_step=self.resume_row["step"] + 1 if self.resume_row else None,
+                          report_to=cfg.report_to, config=cfg.model_dump(mode="json"), name=run_dir.name,
+                          resume=self.resume_row is not None)
         self.ckpt_root = run_dir / "checkpoints"
 
     def _wipe(self) -> None:
-        for name in ("state.sqlite", "state.sqlite-wal", "state.sqlite-shm", "metrics.jsonl", "summary.json"):
+        for name in ("state.sqlite", "state.sqlite-wal", "state.sqlite-shm", "metrics.jsonl", "summary.json",
+                     "reporters.json"):
             (self.dir / name).unlink(missing_ok=True)
-        for sub in ("trajectories", "tb", "checkpoints"):
+        for sub in ("trajectories", "tb", "checkpoints", "wandb", "mlruns"):
             shutil.rmtree(self.dir / sub, ignore_errors=True)
 
     def _rewrite_metrics(self, upto: int) -> None:
@@ -207,16 +212,21 @@ class Run:
 
 
 def train(cfg: RunConfig, run_dir: Path, show_progress: bool = True, resume: bool = False,
-          from_step: int | None = None) -> dict[str, Any]:
-    """Run (or resume) the whole job; returns the summary (also written to run_dir/summary.json)."""
+          from_step: int | None = None, callbacks: Sequence[Callable[[int, dict], Any]] = (),
+          plain_progress: bool = False) -> dict[str, Any]:
+    """Run (or resume) the whole job; returns the summary (also written to run_dir/summary.json).
+    Without `show_progress`, `plain_progress` prints one plain line per step on stderr.
+    `callbacks` are called as `cb(step, metrics)` after each committed step and the final evaluation."""
     t_start = time.time()
     with StopRequest() as stop:
-        return _train(cfg, run_dir, show_progress, resume, from_step, t_start, stop)
+        return _train(cfg, run_dir, show_progress, resume, from_step, t_start, stop, callbacks,
+                      plain_progress=plain_progress)
 
 
 def _train(cfg: RunConfig, run_dir: Path, show_progress: bool, resume: bool, from_step: int | None, t_start: float,
-           stop: StopRequest) -> dict[str, Any]:
-    r = Run(cfg, run_dir, show_progress, resume, from_step)
+           stop: StopRequest, callbacks: Sequence[Callable[[int, dict], Any]] = (),
+           plain_progress: bool = False) -> dict[str, Any]:
+    r = Run(cfg, run_dir, show_progress, resume, from_step, plain_progress)
     r.stop = stop
     state, setup, progress = r.state, r.setup, r.progress
     k = cfg.tasks.samples_per_prompt
@@ -229,7 +239,7 @@ def _train(cfg: RunConfig, run_dir: Path, show_progress: bool, resume: bool, fro
                 demo_tasks = TaskSampler(setup.sources, [s.weight for s in cfg.tasks.sources], cfg.tasks.train_seed + 1,
                                          setup.exclude).next(cfg.sft.batch_size * 8)
                 demos = demonstrations(r.tok, demo_tasks, cfg.sft.response_template, r.eos[0])
-                bar = progress.bar("SFT warm start", cfg.sft.steps)
+                bar = progress.bar("SFT warm start", cfg.sft.steps, every_s=10.0)
                 losses = sft(r.model, demos, r.tok.pad_token_id, cfg.sft.steps, cfg.sft.learning_rate,
                              cfg.sft.batch_size, cfg.model.bf16_autocast, cfg.seed,
                              on_step=lambda s, l: bar.advance(f"loss {l:.3f}"), pack_tokens=cfg.sft.pack_tokens)
@@ -270,9 +280,7 @@ def _train(cfg: RunConfig, run_dir: Path, show_progress: bool, resume: bool, fro
             progress.note(f"resumed at step {start}: reused {got['reused_trajectories']} graded trajectories, "
                           f"resubmitted {got['resubmitted_batches']} batches, discarded {len(rb['discarded'])}")
 
-        bar = progress.bar("RL", cfg.train.steps)
-        for _ in range(start):
-            bar.advance("resumed")
+        bar = progress.bar("RL", cfg.train.steps, completed=start)
         samples_total, rl_time = 0, 0.0
         every_ckpt = cfg.checkpoint.every_steps
         stop = r.stop
@@ -329,6 +337,8 @@ def _train(cfg: RunConfig, run_dir: Path, show_progress: bool, resume: bool, fro
                                for o in outcomes], used, batch.consumed, setup.sampler.drain_events(),
                               keep_checkpoints=cfg.checkpoint.keep_last)
             r.log.log(step, metrics)
+            for cb in callbacks:
+                cb(step, metrics)
             if ckpt_step == step:
                 prune_checkpoints(r.ckpt_root, cfg.checkpoint.keep_last)
             for e in (e for e in state.events_at(step) if e.get("kind") in ("weight", "level")):
@@ -337,13 +347,15 @@ def _train(cfg: RunConfig, run_dir: Path, show_progress: bool, resume: bool, fro
             bar.advance(f"reward {metrics['train/reward']:.2f}  pass {metrics['train/pass_rate']:.2f}  {dt:.1f}s/step")
             if stop.requested and step < cfg.train.steps:
                 r.worker.close()
-                r.log.close()
+                r.log.close("stopped")
                 state.close()
                 raise StoppedEarly(f"stopped on {stop.requested} after step {step} (checkpointed); continue with "
                                    f"`honing train --resume {run_dir}`")
         phase("final_eval", cfg.train.steps)
         after, m_after = r.evaluate(cfg.train.steps, "after")
         r.log.log(cfg.train.steps, m_after)
+        for cb in callbacks:
+            cb(cfg.train.steps, m_after)
     r.worker.close()
     r.log.close()
     keep = ("pass@1", "mean_reward", "n_tasks", "infra_errors", "per_domain_pass@1")

@@ -29,7 +29,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from honing.config import OrchestrationConfig
 from honing.errors import TaskError
@@ -108,6 +108,7 @@ class RolloutBatch:
     trajs: list[Trajectory]
     dropped: list[int]
     stats: dict[str, float]
+    errors: list[str] = field(default_factory=list)  # the first infrastructure errors seen, for the user
 
 
 def retry_seed(seed: int, index: int, attempt: int) -> int:
@@ -215,6 +216,7 @@ class Orchestrator:
         t_run = time.perf_counter()
         st: dict[str, float] = defaultdict(float)
         done: dict[int, list[Trajectory]] = {}
+        self._errors: list[str] = []
         grader = _Grader(self.ctx, self.reward, self.grading, dict(self.cfg.env_concurrency))
         try:
             buckets = self.buckets(tasks)
@@ -240,7 +242,7 @@ class Orchestrator:
         trajs = [t for i in range(len(tasks)) if i in done for t in done[i]]
         keys = ("time/gen_s", "time/verify_s", "time/sandbox_s", "time/backoff_s", "jobs", "attempts", "retries",
                 "drops", "infra_errors", "deadline_exceeded", "deadline_skipped", "buckets")
-        return RolloutBatch(trajs, sorted(failed), {k: float(st[k]) for k in keys})
+        return RolloutBatch(trajs, sorted(failed), {k: float(st[k]) for k in keys}, self._errors[:3])
 
     def _launch(self, grader: _Grader, tasks: Sequence[Task], idx: list[int], seed: int,
                 st: dict[str, float]) -> list[Future]:
@@ -276,6 +278,9 @@ class Orchestrator:
             self.cost.observe(tasks, job.trajs)
             if n_infra or job.late:
                 failed.append(job.index)
+                first = next((t.verdict.details for t in job.trajs if t.status == "infra_error" and t.verdict), None)
+                if first and len(getattr(self, "_errors", [])) < 3 and first not in self._errors:
+                    self._errors.append(first)
             else:
                 done[job.index] = job.trajs
         return sorted(failed)

@@ -128,7 +128,8 @@ class Pipeline:
         if res.dropped and len(res.dropped) / jobs > self.cfg.verify.max_infra_error_frac:
             raise HoningError(f"{len(res.dropped)}/{int(jobs)} rollout jobs of batch {bid} failed with infrastructure "
                               f"errors after {self.cfg.schedule.orchestration.max_retries} retries "
-                              f"(verify.max_infra_error_frac={self.cfg.verify.max_infra_error_frac})")
+                              f"(verify.max_infra_error_frac={self.cfg.verify.max_infra_error_frac})"
+                              + (f"; first: {res.errors[0]}" if getattr(res, "errors", None) else ""))
         for k in ("worker/busy_s", "worker/idle_s", "worker/load_weights_s"):
             self.stats[k] += info.get(k, 0.0)
         m = self.meta[bid]
