@@ -4,11 +4,13 @@ Sections (each only when its data exists): reward and held-out pass@1 over steps
 reward over steps, layer-by-layer reward (`reward/<domain>/<layer>` in metrics.jsonl),
 throughput and time split, per-domain evaluation tables with CIs, a comparison of the first
 and last evaluation, pass@k curves (every evaluation, so before/after overlay), and a
-trajectory browser over the evaluations' per-sample records.
+trajectory browser over every graded training trajectory in the run's shards
+(`trajectories/*.parquet`) and the evaluations' per-sample records (honing.eval.report_data).
 
-Plots are inline SVG (matplotlib, Agg); data for the browser is inline JSON; nothing is
-fetched when the file is opened. Evaluations of a run are read from `<run>/eval/*.json`
-(where `honing eval --model runs/<name>` writes them) plus any given with `--eval`.
+Plots are inline SVG (matplotlib, Agg); the browser's data is inline gzip+base64 JSON that the
+page decompresses itself; nothing is fetched when the file is opened. Evaluations of a run are
+read from `<run>/eval/*.json` (where `honing eval --model runs/<name>` writes them) plus any
+given with `--eval`.
 """
 
 from __future__ import annotations
@@ -17,15 +19,14 @@ import html
 import io
 import json
 import math
+import re
 from collections import defaultdict
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from honing.errors import HoningError
+from honing.eval.report_data import TRAINING, BrowserData, browser_data, encode
 from honing.eval.report_page import PAGE
-
-MAX_SAMPLES = 4000  # trajectories embedded in the browser (the page stays light)
-MAX_TEXT = 6000
 
 
 # --- inputs ---------------------------------------------------------------------------------------
@@ -293,32 +294,35 @@ def compare_html(a: tuple[str, dict], b: tuple[str, dict]) -> str:
 
 
 # --- trajectories ---------------------------------------------------------------------------------
-def _cap(s: Any) -> Any:
-    return s[:MAX_TEXT] + "\n…[truncated]" if isinstance(s, str) and len(s) > MAX_TEXT else s
+BROWSER = """<section id='browser'><h2>Trajectories</h2>{notes}<div class=filters>
+<label id=l-source>source <select id=f-source><option value=''>all</option></select></label>
+<label id=l-step>step <input id=f-step-min type=number step=1 placeholder=from> – <input id=f-step-max type=number
+ step=1 placeholder=to></label>
+<label>domain <select id=f-domain><option value=''>all</option></select></label>
+<label>verdict <select id=f-verdict><option value=''>all</option><option value='pass'>pass</option>
+<option value='fail'>fail</option><option value='infra'>infra error</option><option value='none'>no verdict</option>
+</select></label>
+<label id=l-use>training use <select id=f-use><option value=''>all</option></select></label>
+<label>reward <input id=f-reward-min type=number step=0.1 placeholder=min> – <input id=f-reward-max type=number
+ step=0.1 placeholder=max></label>
+<label class=search>search <input id=f-search type=search placeholder='task, prompt, completion, details'></label>
+</div>
+<div class=pager><span id=f-count>loading {n:,} trajectories…</span><span class=pg>
+<button id=pg-first type=button>«</button><button id=pg-prev type=button>‹ prev</button><span id=pg-info></span>
+<button id=pg-next type=button>next ›</button><button id=pg-last type=button>»</button>
+<select id=f-pagesize><option>25</option><option selected>50</option><option>100</option><option>200</option>
+</select> per page</span></div>
+<table id=traj-table><thead><tr><th data-key=v>verdict</th><th data-key=s class=c-source>source</th>
+<th data-key=st>step</th><th data-key=d>domain</th><th data-key=task>task</th><th data-key=r class=num>reward</th>
+<th data-key=a class=num>advantage</th><th data-key=tu class=num>turns</th><th data-key=nt class=num>tokens</th>
+<th>completion</th></tr></thead><tbody id=traj-list></tbody></table>
+<p class=hint>Click a trajectory to expand its prompt, completion or turns, and verdict; click a column to sort.</p>
+</section>"""
 
 
-def trajectories(evals: Sequence[tuple[str, dict]], summary: Optional[dict] = None) -> list[dict]:
-    """Per-sample records of every evaluation, with their task's prompt, for the browser."""
-    out: list[dict] = []
-    for name, e in evals:
-        prompts = {t["id"]: t.get("prompt") or [{"role": "user", "content": t.get("question", "")}]
-                   for t in e["tasks"]}
-        for s in e.get("samples", []):
-            if len(out) >= MAX_SAMPLES:
-                return out
-            rec = {k: _cap(v) for k, v in s.items() if k != "turns"}
-            rec["eval"] = name
-            rec["prompt"] = [{"role": m.get("role", "user"), "content": _cap(m.get("content", ""))}
-                             for m in prompts.get(s["task_id"], [])]
-            if s.get("turns"):
-                rec["turns"] = [{k: _cap(v) for k, v in t.items()} for t in s["turns"]]
-            out.append(rec)
-    if not out and summary:
-        for i, ex in enumerate(summary.get("examples_after") or []):
-            out.append({"eval": "training summary", "task_id": f"example-{i}", "domain": "-", "sample": 0,
-                        "passed": False, "score": 0.0, "status": "ok", "text": _cap(ex.get("completion", "")),
-                        "details": "", "prompt": [{"role": "user", "content": _cap(ex.get("task", ""))}]})
-    return out
+def browser_section(data: BrowserData) -> str:
+    notes = "".join(f"<p class='note traj-note'>{html.escape(n)}</p>" for n in data.notes)
+    return BROWSER.format(notes=notes, n=len(data.rows))
 
 
 # --- the page -------------------------------------------------------------------------------------
@@ -333,7 +337,7 @@ def _figure(svg: Optional[str], cls: str) -> Optional[str]:
 
 
 def build_html(title: str, rows: Sequence[dict], evals: Sequence[tuple[str, dict]], summary: Optional[dict],
-               config_text: str = "") -> str:
+               config_text: str = "", run: Optional[Path] = None) -> str:
     parts = [f"<h1>{html.escape(title)}</h1>"]
     facts = []
     if summary:
@@ -348,8 +352,6 @@ def build_html(title: str, rows: Sequence[dict], evals: Sequence[tuple[str, dict
         facts.append(f"eval {html.escape(name)}: {html.escape(str(m.get('model')))} on "
                      f"{html.escape(str(m.get('suite')))}@v{m.get('suite_version')}, {m.get('n_tasks')} tasks × "
                      f"{m.get('samples_per_task')} samples" + (" (INCOMPLETE)" if m.get("incomplete") else ""))
-    if facts:
-        parts.append("<ul class=facts>" + "".join(f"<li>{f}</li>" for f in facts) + "</ul>")
     parts.append(_section("Training", _figure(plot_training(rows), "training"), "training"))
     parts.append(_section("Reward by layer", _figure(plot_layers(rows), "layers"), "layers"))
     parts.append(_section("Throughput and time split", _figure(plot_time(rows), "time"), "time"))
@@ -362,23 +364,19 @@ def build_html(title: str, rows: Sequence[dict], evals: Sequence[tuple[str, dict
         parts.append(_section("Regression check (first vs last evaluation)", compare_html(evals[0], evals[-1]),
                               "compare"))
     parts.append(_section("pass@k", _figure(plot_passk(evals), "passk"), "passk"))
-    trajs = trajectories(evals, summary)
-    if trajs:
-        parts.append("<section id='browser'><h2>Trajectories</h2><div class=filters>"
-                     "<label>domain <select id=f-domain><option value=''>all</option></select></label>"
-                     "<label>result <select id=f-result><option value=''>all</option><option value='pass'>passed"
-                     "</option><option value='fail'>failed</option></select></label>"
-                     "<label>status <select id=f-status><option value=''>all</option></select></label>"
-                     "<label>min reward <input id=f-reward type=number min=0 max=1 step=0.1 value=0></label>"
-                     "<span id=f-count></span></div><div class=browser><div id=traj-list></div>"
-                     "<div id=traj-view><p class=hint>Click a trajectory to see its prompt, turns and verdict."
-                     "</p></div></div></section>")
+    data = browser_data(run, evals, summary)
+    if data.rows:
+        n_train = sum(1 for r in data.rows if data.sources[r["s"]] == TRAINING)
+        if n_train:
+            facts.append(f"{n_train:,} graded training trajectories")
+        parts.append(browser_section(data))
     if config_text:
         parts.append(f"<section id='config'><h2>Config</h2><details><summary>config.yaml</summary><pre>"
                      f"{html.escape(config_text)}</pre></details></section>")
-    data = json.dumps({"trajectories": trajs}, default=str).replace("</", "<\\/")
-    return PAGE.replace("{{TITLE}}", html.escape(title)).replace("{{BODY}}", "".join(p for p in parts if p)) \
-        .replace("{{DATA}}", data)
+    if facts:
+        parts.insert(1, "<ul class=facts>" + "".join(f"<li>{f}</li>" for f in facts) + "</ul>")
+    fill = {"TITLE": html.escape(title), "BODY": "".join(p for p in parts if p), "DATA": encode(data.payload())}
+    return re.sub(r"\{\{(TITLE|BODY|DATA)\}\}", lambda m: fill[m.group(1)], PAGE)  # one pass: no text is re-read
 
 
 def _eval_name(path: Path, e: dict) -> str:
@@ -393,10 +391,14 @@ def write_report(target: Path, out: Optional[Path] = None, extra_evals: Sequence
     target = Path(target)
     rows: list[dict] = []
     summary, config_text = None, ""
+    run: Optional[Path] = None
     eval_paths: list[Path] = []
     if target.is_dir():
-        if not any((target / f).exists() for f in ("metrics.jsonl", "config.yaml", "summary.json", "eval")):
-            raise HoningError(f"{target} is not a run directory (no metrics.jsonl, config.yaml or eval/)")
+        if not any((target / f).exists() for f in ("metrics.jsonl", "config.yaml", "summary.json", "eval",
+                                                   "trajectories")):
+            raise HoningError(f"{target} is not a run directory "
+                              "(no metrics.jsonl, config.yaml, trajectories/ or eval/)")
+        run = target
         rows = read_metrics(target / "metrics.jsonl")
         if (target / "summary.json").is_file():
             try:
@@ -417,10 +419,11 @@ def write_report(target: Path, out: Optional[Path] = None, extra_evals: Sequence
         raise HoningError(f"report target not found: {target} (give a run directory or an evaluation JSON)")
     eval_paths += [Path(p) for p in extra_evals]
     evals = [(_eval_name(p, e), e) for p in eval_paths for e in [load_result(p)]]
-    if not rows and not evals and not summary:
+    has_shards = run is not None and any((run / "trajectories").glob("*.parquet"))
+    if not rows and not evals and not summary and not has_shards:
         raise HoningError(f"{target}: nothing to report yet (no metrics, summary or evaluations)")
     from honing.schedule.runlog import atomic_write_text
 
     out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out, build_html(title, rows, evals, summary, config_text))
+    atomic_write_text(out, build_html(title, rows, evals, summary, config_text, run))
     return out
