@@ -25,7 +25,8 @@ def train(
     config: Optional[str] = typer.Option(None, "--config", "-c", help="Recipe path or name in configs/ (default: quickstart)"),
     out: Optional[Path] = typer.Option(None, "--out", help="Run directory (default: runs/<name>)"),
     help_config: bool = typer.Option(False, "--help-config", help="Print every config key with its help and exit"),
-    no_progress: bool = typer.Option(False, "--no-progress", help="No progress bars (logs only)"),
+    no_progress: bool = typer.Option(False, "--no-progress", help="No progress bars: one plain line per step instead"),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars and no per-step lines"),
     resume: Optional[Path] = typer.Option(None, "--resume", help="Continue the run in this directory where it stopped"),
     from_step: Optional[int] = typer.Option(None, "--from-step", help="With --resume: go back to this checkpoint step"),
 ) -> None:
@@ -52,8 +53,9 @@ def train(
     run_dir = resume or out or default_run_dir(cfg, path.stem)
     verb = "resuming" if resume else "recipe"
     typer.echo(f"honing train: {verb} {path}, model {cfg.model.name}, run directory {run_dir}", err=True)
-    summary = run_train(cfg, run_dir, show_progress=not no_progress and sys.stderr.isatty() or _force_progress(),
-                        resume=resume is not None, from_step=from_step)
+    bars = not (no_progress or quiet) and sys.stderr.isatty() or _force_progress()
+    summary = run_train(cfg, run_dir, show_progress=bars, resume=resume is not None, from_step=from_step,
+                        plain_progress=not bars and not quiet)  # nohup, CI, cluster jobs: a line per step
     b, a = summary["heldout_before"], summary["heldout_after"]
     lines = [
         "",

@@ -375,8 +375,9 @@ class RunConfig(_Node):
     """Python modules (`my_pkg.rewards`) or files (`./my_rewards.py`, relative to the recipe) imported at
     start-up, before anything is built: their register_verifier/register_source calls make names usable."""
     report_to: list[Literal["tensorboard", "wandb", "mlflow"]] = ["tensorboard"]
-    """Where step metrics go besides metrics.jsonl (same names): tensorboard (tb/), wandb, mlflow
-    (offline/local-file modes unless their own environment variables say otherwise)."""
+    """Where step metrics go besides metrics.jsonl (same names; mlflow's with '@' as '_at_'): tensorboard
+    (tb/), wandb (offline, in wandb/), mlflow (a file store in mlruns/), unless WANDB_MODE / WANDB_API_KEY /
+    MLFLOW_TRACKING_URI say otherwise. wandb and mlflow need `pip install wandb` / `pip install mlflow-skinny`."""
     out_dir: str = "runs"
     """Parent folder of run directories."""
     seed: int = 0

@@ -1,14 +1,15 @@
-"""Run directory writing: metrics.jsonl, TensorBoard events, atomic checkpoints, summary."""
+"""Run directory writing: metrics.jsonl, reporters (TensorBoard, wandb, MLflow), atomic checkpoints, summary."""
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
 import os
 import shutil
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 import torch
 
@@ -22,31 +23,32 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 
 class RunLog:
-    def __init__(self, run_dir: Path, purge_step: int | None = None) -> None:
+    """metrics.jsonl plus the reporters `report_to` names (TensorBoard by default; see reporters.py)."""
+
+    def __init__(self, run_dir: Path, purge_step: int | None = None, report_to: Iterable[str] = ("tensorboard",),
+                 config: dict | None = None, name: str | None = None, resume: bool = False) -> None:
+        from honing.schedule.reporters import Reporters
+
         self.dir = run_dir
         self.dir.mkdir(parents=True, exist_ok=True)
+        self.reporters = Reporters(list(report_to), run_dir, name or run_dir.name, config or {}, purge_step, resume)
         self.metrics = open(self.dir / "metrics.jsonl", "a")
-        try:
-            from torch.utils.tensorboard import SummaryWriter
-
-            self.tb: Any = SummaryWriter(str(self.dir / "tb"), purge_step=purge_step)
-        except ImportError:  # tensorboard is a declared dependency; keep going without it
-            self.tb = None
+        atexit.register(self._abandoned)  # after the reporters' own hooks, so it runs before them
 
     def log(self, step: int, metrics: dict[str, Any]) -> None:
         row = {"step": step, "time": time.time(), **metrics}
         self.metrics.write(json.dumps(row) + "\n")
         self.metrics.flush()
-        if self.tb is not None:
-            for k, v in metrics.items():
-                if isinstance(v, (int, float)):
-                    self.tb.add_scalar(k, v, step)
-            self.tb.flush()
+        self.reporters.log(step, {k: v for k, v in metrics.items() if isinstance(v, (int, float))})
 
-    def close(self) -> None:
+    def close(self, status: str = "finished") -> None:
+        """status: finished, stopped (a clean stop on request) or failed."""
+        atexit.unregister(self._abandoned)
         self.metrics.close()
-        if self.tb is not None:
-            self.tb.close()
+        self.reporters.close(status)
+
+    def _abandoned(self) -> None:  # the process is exiting without close(): an error or a second Ctrl-C
+        self.reporters.close("failed")
 
 
 def file_sha256(path: Path) -> str:

@@ -51,7 +51,9 @@ def apply_lora(model: PreTrainedModel, lora: LoraConfig) -> PreTrainedModel:
                           f"its linear modules are: {linear}")
     cfg = PeftLoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
                          target_modules=list(lora.target_modules), task_type="CAUSAL_LM")
-    return get_peft_model(model, cfg)
+    with warnings.catch_warnings():  # peft reads the deprecated property; transformers 5 warns on every LoRA run
+        warnings.filterwarnings("ignore", message=r"`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+        return get_peft_model(model, cfg)
 
 
 def adamw(params: list[torch.nn.Parameter], **kw: Any) -> torch.optim.AdamW:
