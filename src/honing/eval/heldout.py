@@ -47,5 +47,8 @@ def evaluate(engine: Engine, tokenizer: PreTrainedTokenizerBase, tasks: Sequence
         "infra_errors": infra,
         "truncated_frac": sum(t.finish_reason == "length" for t in trajs) / len(trajs),
         "per_domain_pass@1": {d: sum(x) / len(x) for d, x in by_domain.items()},
-        "examples": [{"task": tasks[t.group].question, "completion": t.completion_text} for t in trajs[:3]],
+        "examples": [{"task": tasks[t.group].question, "completion": t.completion_text, "task_id": tasks[t.group].id,
+                      "domain": tasks[t.group].domain, "passed": g.verdict.passed, "score": g.verdict.score,
+                      "details": g.verdict.details, "infra_error": g.verdict.infra_error}
+                     for t, g in list(zip(trajs, graded))[:3]],
     }
