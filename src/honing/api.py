@@ -18,12 +18,13 @@ also works in rollout worker processes; any other callable is registered in this
 
 `tasks`: a TaskSource, a `fn(split, seed)` yielding Tasks or task dicts, or an iterable of them
 (read into memory once; 10% go to the held-out split by a stable hash of the id or prompt, or
-by each dict's `split`).
+by each dict's `split`; training items repeat in epochs, each shuffled).
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -120,8 +121,22 @@ class ListSource:
         return "heldout" if h < HELDOUT_FRACTION * 0xFFFFFFFF else "train"
 
     def tasks(self, split: str, seed: int) -> Iterable[Any]:
-        for i, item in enumerate(self.items):
-            if self._split(item, i) == split:
+        """Held-out items once; training items in epochs, each pass shuffled by (seed, pass)."""
+        mine = [item for i, item in enumerate(self.items) if self._split(item, i) == split]
+        if split != "train":
+            yield from mine
+            return
+        if not mine:
+            return
+        import random
+
+        for epoch in itertools.count():
+            order = list(range(len(mine)))
+            random.Random(f"{seed}/{epoch}").shuffle(order)
+            for k in order:
+                item = mine[k]
+                if isinstance(item, Mapping) and "id" not in item:
+                    item = {**item, "id": f"{self.domain}/{k}"}
                 yield item
 
 
