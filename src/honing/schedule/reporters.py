@@ -125,6 +125,7 @@ class MlflowReporter:
             except Exception:  # the store was moved or wiped: start a new MLflow run
                 run = None
         if run is None:
+            state.pop("step", None), state.pop("names", None)  # a new MLflow run has logged nothing yet
             exp_name = os.environ.get("MLFLOW_EXPERIMENT_NAME", "honing")
             exp = c.get_experiment_by_name(exp_name)
             exp_id = exp.experiment_id if exp else c.create_experiment(exp_name)
