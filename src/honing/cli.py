@@ -10,6 +10,7 @@ from typing import Optional
 
 import typer
 
+from honing.envcli import env_app
 from honing.errors import HoningError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, help="honing: RL post-training for language models.")
@@ -17,6 +18,7 @@ tasks_app = typer.Typer(help="Look at task domains and sources.")
 app.add_typer(tasks_app, name="tasks")
 sandbox_app = typer.Typer(help="Run code in the isolated sandbox; check what isolation this machine gives.")
 app.add_typer(sandbox_app, name="sandbox")
+app.add_typer(env_app, name="env")
 
 
 @app.command(context_settings={"allow_extra_args": False})

@@ -9,13 +9,19 @@ A package declares an `Environment` object and points the entry point group
 
     # honing_word_sort/__init__.py
     ENV = honing.envpkg.Environment(name="word_sort", version="0.1.0", description="...",
-                                    tasks=make_tasks, verifier=score)
+                                    tasks=make_tasks, verifier=score, reference=solve)
 
 A recipe then names its tasks `env:word_sort`; their verifier is the package's (registered as
 `env:word_sort`), its tools are registered under their own names and its multi-turn environment
 factory, if any, under the kind `env:word_sort`. `honing env list` shows installed packages,
 `honing env check NAME` runs the self-test (`check_environment`), `honing env new NAME`
-scaffolds one.
+scaffolds one (docs/environments.md).
+
+`reference(task)` is the package's reference solver, used by the self-test: for a single-turn
+task it returns the reference completion (default: `str(task.hidden["answer"])`); for a
+multi-turn task, the assistant turns of a reference episode, each a reply's raw text or a tool
+call `{"name": ..., "arguments": {...}}` (default: the task's hidden `reference_patch` /
+`solution` replay of `honing rollout --policy reference`).
 
 User code runs where it belongs: the verifier is trusted grader code on the host (one that
 executes model output must do so through the sandbox, e.g. `ctx.extra["sandbox"]`, and say
@@ -53,6 +59,9 @@ class Environment:
     params: Mapping[str, Any] = field(default_factory=dict)
     """Default source params (a recipe's params override them)."""
     package_dir: Path | None = None
+    reference: Callable[[Any], Any] | None = None
+    """Reference solver `fn(task)`: a completion (single-turn) or a list of assistant turns, each
+    raw text or `{"name": tool, "arguments": {...}}` (multi-turn); see the module docstring."""
 
     @property
     def verifier_name(self) -> str:
@@ -60,6 +69,7 @@ class Environment:
 
 
 _LOADED: dict[str, Environment] = {}
+_TOOL_OWNER: dict[str, tuple[str, Any]] = {}  # tool name -> (package, Tool): tool names are global
 
 
 def installed_environments() -> dict[str, str]:
@@ -77,17 +87,49 @@ def load_environment(name: str) -> Environment:
 
     obj = plugins.load_entry_point("environment", name)
     if obj is None:
-        raise plugins.unknown_name("environment package", f"env:{name}",
-                                   [f"env:{n}" for n in plugins.entry_point_names("environment")])
+        raise unknown_environment(name)
     env = obj() if callable(obj) and not isinstance(obj, Environment) else obj
     if not isinstance(env, Environment):
         raise TaskError(f"environment package '{name}': its entry point gives a {type(env).__name__}, "
                         "not a honing.envpkg.Environment")
+    if env.name != name:
+        raise TaskError(f"environment package '{name}': its Environment is named '{env.name}'; the entry point "
+                        "name and Environment.name must match")
+    return register(env)
+
+
+def register(env: Environment) -> Environment:
+    """Make `env:<env.name>` usable in this process (its tasks, verifier, tools and environment
+    kind) without installing it; `load_environment` calls this for installed packages."""
+    if not isinstance(env, Environment):
+        raise TaskError(f"expected a honing.envpkg.Environment, got {type(env).__name__}")
     if env.package_dir is None:
-        env.package_dir = _package_dir_of(name)
+        env.package_dir = _package_dir_of(env.name) or _module_dir(env.tasks) or _module_dir(env.verifier)
     _register(env)
-    _LOADED[name] = env
+    _LOADED[env.name] = env
     return env
+
+
+def _module_dir(obj: Any) -> Path | None:
+    import inspect
+
+    mod = inspect.getmodule(obj)
+    f = getattr(mod, "__file__", None)
+    return Path(f).resolve().parent if f else None
+
+
+def unknown_environment(name: str) -> TaskError:
+    """The error for an environment package that is not installed: the nearest installed names."""
+    import difflib
+
+    from honing import plugins
+
+    installed = sorted(set(plugins.entry_point_names("environment")) | set(_LOADED))
+    close = difflib.get_close_matches(name, installed, n=3, cutoff=0.5)
+    hint = (f"; closest: {', '.join(close)}" if close else
+            f"; installed: {', '.join(installed)}" if installed else "; none is installed")
+    return plugins.PluginError(f"unknown environment package '{name}'{hint} (`honing env list` shows the installed "
+                               "ones; `pip install` a package, or scaffold one with `honing env new NAME`)")
 
 
 def _package_dir_of(name: str) -> Path | None:
@@ -107,7 +149,12 @@ def _register(env: Environment) -> None:
 
     register_verifier(env.verifier_name, env.verifier)
     for tool in env.tools:
+        owner = _TOOL_OWNER.get(getattr(tool, "name", ""))
+        if owner is not None and owner[0] != env.name and owner[1] is not tool:
+            raise TaskError(f"environment package '{env.name}': its tool '{tool.name}' clashes with the tool of the "
+                            f"same name from package '{owner[0]}' (tool names are global; rename one)")
         register_tool(tool)
+        _TOOL_OWNER[tool.name] = (env.name, tool)
     if env.environment is not None:
         register_environment(env.verifier_name, env.environment)
 
@@ -115,9 +162,15 @@ def _register(env: Environment) -> None:
 def environment_source(name: str, params: Mapping[str, Any] | None, verifier: str | None,
                        system_prompt: str | None) -> Any:
     """The TaskSource of `env:<name>`, graded by the package's verifier unless the recipe says otherwise."""
+    return source_of(load_environment(name), params, verifier, system_prompt)
+
+
+def source_of(env: Environment, params: Mapping[str, Any] | None = None, verifier: str | None = None,
+              system_prompt: str | None = None) -> Any:
+    """The TaskSource of a (registered) Environment: its tasks checked field by field as they stream."""
     from honing.tasks.user import build_user_source
 
-    env = load_environment(name)
+    name = env.name
     merged = {**dict(env.params), **dict(params or {})}
     tasks = env.tasks
     if isinstance(tasks, (str, Path)):

@@ -345,8 +345,9 @@ def _train(cfg: RunConfig, run_dir: Path, show_progress: bool, resume: bool, fro
                 progress.note(f"step {step}: {e.get('domain')}: {e.get('kind')} {e.get('old')} -> {e.get('new')} "
                               f"({e.get('reason', '')})")
             bar.advance(f"reward {metrics['train/reward']:.2f}  pass {metrics['train/pass_rate']:.2f}  {dt:.1f}s/step")
-            if stop.requested and step < cfg.train.steps:
-                r.worker.close()
+            if stop.requested and step < cfg.train.steps and ckpt_step == step:  # a signal that came after
+                r.worker.close()                                               # this step's checkpoint decision stops
+                                                                               # after the next step, checkpointed
                 r.log.close("stopped")
                 state.close()
                 raise StoppedEarly(f"stopped on {stop.requested} after step {step} (checkpointed); continue with "
