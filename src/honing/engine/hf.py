@@ -24,7 +24,8 @@ def bf16_supported(device: torch.device | str = "cpu") -> bool:
     if dev.type == "cuda":
         return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
     try:
-        flags = open("/proc/cpuinfo").read()
+        with open("/proc/cpuinfo") as f:
+            flags = f.read()
     except OSError:
         return False
     return "amx_bf16" in flags or "avx512_bf16" in flags
