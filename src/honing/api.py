@@ -190,9 +190,11 @@ def train(config: str | Path | RunConfig | Mapping[str, Any] | None = None, over
           reward_funcs: Sequence[Callable[..., float] | str] | None = None,
           reward_weights: Sequence[float] | None = None, tasks: Any = None, out: str | Path | None = None,
           callbacks: Sequence[Callable[[int, dict], Any]] = (), show_progress: bool = False,
-          resume: bool = False, from_step: int | None = None) -> Summary:
+          plain_progress: bool = False, resume: bool = False, from_step: int | None = None,
+          on_start: Callable[[], Any] | None = None) -> Summary:
     """Train a policy (a recipe name/path, a RunConfig or a dict, plus dotted overrides) and
-    return the summary. `callbacks` are called as `cb(step, metrics)` after every committed step."""
+    return the summary. `callbacks` are called as `cb(step, metrics)` after every committed step;
+    `plain_progress` prints one line per step on stderr (what `honing train` does off a terminal)."""
     from honing.models import resolve_model_dir
     from honing.schedule.loop import build_tasks, default_run_dir, train as run_train
 
@@ -206,8 +208,10 @@ def train(config: str | Path | RunConfig | Mapping[str, Any] | None = None, over
     build_tasks(cfg)  # bad names, params and verifiers fail here, before anything is written
     resolve_model_dir(cfg.model.name)
     run_dir = Path(out) if out is not None else default_run_dir(cfg, stem)
+    if on_start is not None:
+        on_start()
     return Summary(run_train(cfg, run_dir, show_progress=show_progress, resume=resume, from_step=from_step,
-                             callbacks=list(callbacks)))
+                             callbacks=list(callbacks), plain_progress=plain_progress))
 
 
 def evaluate(model: str, suite: str | Path | None = None, *, tasks: Any = None,

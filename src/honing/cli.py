@@ -47,17 +47,19 @@ def train(
     elif from_step is not None:
         raise HoningError("--from-step needs --resume <run directory>")
     cfg, path = load_config(config, overrides or [])
-    from honing.models import resolve_model_dir
-    from honing.schedule.loop import build_tasks, default_run_dir, train as run_train
+    from honing import api
+    from honing.schedule.loop import default_run_dir
 
-    build_tasks(cfg)  # bad domains, params and verifiers fail here, before anything is written
-    resolve_model_dir(cfg.model.name)
     run_dir = resume or out or default_run_dir(cfg, path.stem)
-    verb = "resuming" if resume else "recipe"
-    typer.echo(f"honing train: {verb} {path}, model {cfg.model.name}, run directory {run_dir}", err=True)
     bars = not (no_progress or quiet) and sys.stderr.isatty() or _force_progress()
-    summary = run_train(cfg, run_dir, show_progress=bars, resume=resume is not None, from_step=from_step,
-                        plain_progress=not bars and not quiet)  # nohup, CI, cluster jobs: a line per step
+
+    def announce() -> None:  # after the start-up checks, before the run starts
+        verb = "resuming" if resume else "recipe"
+        typer.echo(f"honing train: {verb} {path}, model {cfg.model.name}, run directory {run_dir}", err=True)
+
+    # the CLI is the Python API's `honing.train` with a recipe, plus the table below
+    summary = api.train(cfg, out=run_dir, show_progress=bars, resume=resume is not None, from_step=from_step,
+                        plain_progress=not bars and not quiet, on_start=announce)  # nohup, CI: a line per step
     b, a = summary["heldout_before"], summary["heldout_after"]
     lines = [
         "",
