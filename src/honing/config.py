@@ -192,8 +192,9 @@ class TrainConfig(_Node):
     """Fold the KL into the reward (r - kl_coef * sum_t KL_t, before advantages) instead of adding a loss term."""
     scale_rewards: bool = True
     """GRPO: divide group-centred rewards by the group std (False: Dr. GRPO-style centring only)."""
-    advantage_estimator: Literal["grpo", "dr_grpo", "rloo", "reinforce_pp"] = "grpo"
-    """grpo (group mean/std), dr_grpo (group mean only), rloo (leave-one-out mean), reinforce_pp (batch mean/std)."""
+    advantage_estimator: str = "grpo"
+    """grpo (group mean/std), dr_grpo (group mean only), rloo (leave-one-out mean), reinforce_pp (batch mean/std),
+    or your own `fn(rewards, group_size) -> advantages` named 'package.module:fn' or './file.py:fn'."""
     policy_loss: Literal["ppo_clip", "gspo", "cispo"] = "ppo_clip"
     """ppo_clip (per-token ratio, clip_eps_low/high; DAPO clip-higher), gspo (sequence ratio), cispo (clipped IS weight)."""
     loss_aggregation: Literal["token_mean", "seq_mean_token_mean", "seq_sum_norm"] = "token_mean"
@@ -237,6 +238,13 @@ class TrainConfig(_Node):
 
     @model_validator(mode="after")
     def _check_ranges(self) -> "TrainConfig":
+        from honing.plugins import is_reference
+
+        builtin = ("grpo", "dr_grpo", "rloo", "reinforce_pp")
+        if self.advantage_estimator not in builtin and not is_reference(self.advantage_estimator):
+            raise ValueError(f"train.advantage_estimator={self.advantage_estimator!r}: not one of {', '.join(builtin)} "
+                             "nor a 'package.module:fn' / './file.py:fn' reference"
+                             + _nearest(self.advantage_estimator, list(builtin)))
         if self.clip_eps_low >= 1:
             raise ValueError(f"train.clip_eps_low={self.clip_eps_low} must be < 1 (ratio lower bound 1 - clip_eps_low > 0)")
         for lo, hi in (("clip_eps_low", "clip_eps_high"), ("gspo_clip_low", "gspo_clip_high")):

@@ -115,6 +115,15 @@ def make_chat(spec: str | ChatModel, *, base_url: str | None = None, api_key_env
         if not spec[3:].strip():
             raise ConfigError(f"chat spec {spec!r}: missing model spec after 'hf:'")
         return _hf_chat(spec[3:].strip())
+    from honing import plugins
+
+    if plugins.is_reference(spec):  # a user ChatModel (or a class / factory of one) named by reference
+        obj = plugins.resolve(spec, plugins.base())
+        obj = obj() if (isinstance(obj, type) or not callable(getattr(obj, "chat", None))) and callable(obj) else obj
+        if not callable(getattr(obj, "chat", None)):
+            raise ConfigError(f"chat model {spec!r} resolves to a {type(obj).__name__} without a chat() method")
+        _REGISTRY[spec] = obj
+        return obj
     close = difflib.get_close_matches(spec, list(_REGISTRY), n=3, cutoff=0.5)
     known = ", ".join([*SCHEMES, *sorted(_REGISTRY)])
     raise ConfigError(f"unknown chat model {spec!r}" + (f"; closest: {', '.join(close)}" if close else "")

@@ -127,5 +127,10 @@ def make_environment(task: Any) -> Environment:
     """The environment a task names in `environment["kind"]` (default "tools")."""
     kind = (task.environment or {}).get("kind", "tools")
     if kind not in ENVIRONMENTS:
+        from honing import plugins
+
+        if plugins.is_reference(kind):  # a user factory `fn(task) -> Environment` named by reference
+            register_environment(kind, plugins.resolve(kind, plugins.base()))
+            return ENVIRONMENTS[kind](task)
         raise ValueError(f"unknown environment kind {kind!r} (known: {', '.join(sorted(ENVIRONMENTS))})")
     return ENVIRONMENTS[kind](task)

@@ -103,13 +103,34 @@ def compute_advantages(rewards: torch.Tensor, group_size: int, cfg: "TrainConfig
         return rloo_advantages(rewards, group_size)
     if est == "reinforce_pp":
         return reinforce_pp_advantages(rewards)
-    raise ValueError(f"unknown advantage estimator {est!r}")
+    return user_advantages(est, rewards, group_size)
+
+
+def user_advantages(ref: str, rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+    """A user estimator `fn(rewards, group_size)`: a float tensor of the rewards' shape, all finite."""
+    from honing import plugins
+
+    fn = plugins.resolve(ref, plugins.base())
+    out = fn(rewards, group_size)
+    if not isinstance(out, torch.Tensor) or out.shape != rewards.shape or not torch.isfinite(out).all():
+        shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+        raise ValueError(f"advantage estimator '{ref}' returned {shape} (need a finite float tensor of shape "
+                         f"{tuple(rewards.shape)})")
+    return out.float()
 
 
 def check_train_config(cfg: "TrainConfig", samples_per_prompt: int) -> None:
     """Start-up cross-checks between `train` and `tasks` (raises ConfigError saying why)."""
     from honing.errors import ConfigError
 
+    if cfg.advantage_estimator not in ("grpo", "dr_grpo", "rloo", "reinforce_pp"):  # a user estimator: try it now
+        probe = torch.tensor([0.0, 1.0] * max(samples_per_prompt, 1))[: 2 * samples_per_prompt]
+        try:
+            user_advantages(cfg.advantage_estimator, probe, samples_per_prompt)
+        except ConfigError:
+            raise
+        except Exception as e:  # noqa: BLE001 - the user's function or its import failed: say which and how
+            raise ConfigError(f"train.advantage_estimator: {e}") from None
     if cfg.advantage_estimator in GROUP_ESTIMATORS and samples_per_prompt < 2:
         raise ConfigError(f"train.advantage_estimator={cfg.advantage_estimator!r} compares samples of one prompt, "
                           f"but tasks.samples_per_prompt={samples_per_prompt}: every advantage would be 0. Use "
