@@ -162,3 +162,15 @@ def test_cli_and_python_api_train_identically(installed: Path, tmp_path: Path, n
     cli_summary = json.loads((tmp_path / "cli" / "summary.json").read_text())
     for when in ("heldout_before", "heldout_after"):
         assert cli_summary[when] == summary[when]
+    # and evaluating: `honing eval` on the CLI's run, honing.evaluate on the API's run
+    out = tmp_path / "cli-eval.json"
+    proc = honing("eval", "--model", str(tmp_path / "cli"), "--suite", str(SUITES[name]), "--out", str(out),
+                  "--no-progress", "--samples", "2", tmp=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    torch.set_num_threads(1)
+    try:
+        res = api.evaluate(str(tmp_path / "api"), suite=str(SUITES[name]), samples=2)
+    finally:
+        torch.set_num_threads(old)
+    cli_res = json.loads(out.read_text())
+    assert cli_res["overall"] == res["overall"] and cli_res["domains"] == res["domains"]

@@ -351,7 +351,7 @@ def test_param_errors_are_clear() -> None:
             FinanceSource(bad)
     with pytest.raises(TaskError, match="unknown split"):
         next(FinanceSource().tasks("test", 0))
-    with pytest.raises(TaskError, match="'finance'"):
+    with pytest.raises(TaskError, match="unknown task source 'financial'; closest: finance"):
         make_source("financial")
 
 
