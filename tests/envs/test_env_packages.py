@@ -62,8 +62,8 @@ def test_example_trains_and_evaluates_through_the_cli(installed: Path, tmp_path:
         assert all(r["train/completion_len"] > 0 for r in steps)
 
     out = tmp_path / "eval.json"
-    proc = honing("eval", "--model", str(run), "--suite", str(SUITES[name]), "--out", str(out), "--no-progress",
-                  tmp=tmp_path)
+    proc = honing("eval", "--model", str(run), "--suite", f"env:{name}", "--out", str(out), "--no-progress",
+                  tmp=tmp_path)  # the package's own suite, by the package's name
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(out.read_text())
     dom = result["domains"][f"env:{name}"]
@@ -174,3 +174,13 @@ def test_cli_and_python_api_train_identically(installed: Path, tmp_path: Path, n
         torch.set_num_threads(old)
     cli_res = json.loads(out.read_text())
     assert cli_res["overall"] == res["overall"] and cli_res["domains"] == res["domains"]
+
+
+@pytest.mark.parametrize("name", ["word_sort", pytest.param("calc_tool", marks=needs_bwrap)])
+def test_rollout_replays_the_packages_reference(installed: Path, tmp_path: Path, name: str) -> None:
+    """`honing rollout --policy reference` uses the package's own reference solver / episode."""
+    proc = honing("rollout", "--task", f"env:{name}", "--n", "2", "--policy", "reference", "--model", "tiny-random",
+                  "--json", tmp=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{")]
+    assert len(rows) == 2 and all(r["passed"] for r in rows), proc.stdout

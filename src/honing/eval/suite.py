@@ -96,6 +96,14 @@ def builtin_suites() -> list[str]:
 
 
 def _suite_path(name_or_path: str) -> Path:
+    if name_or_path.startswith("env:"):  # an installed environment package's own suite
+        from honing.envpkg import load_environment
+
+        env = load_environment(name_or_path[len("env:"):])
+        if not env.eval_suite:
+            raise ConfigError(f"environment package '{name_or_path}' ships no eval suite (Environment.eval_suite)")
+        path = Path(env.eval_suite)
+        return path if path.is_absolute() or env.package_dir is None else env.package_dir / path
     p = Path(name_or_path).expanduser()
     if p.suffix in (".yaml", ".yml") or p.exists():
         if not p.is_file():

@@ -113,7 +113,16 @@ def read_script(path: str) -> list[str]:
 
 
 def reference_script(task: Any) -> list[str]:
-    """The replies that replay a task's hidden reference solution."""
+    """The replies that replay a task's hidden reference solution (an environment package's
+    `Environment.reference` when the task comes from one)."""
+    if str(task.domain).startswith("env:") or str(task.verifier.name).startswith("env:"):
+        from honing.envcheck import reference_of, script_of
+        from honing.envpkg import load_environment
+
+        name = (task.verifier.name if task.verifier.name.startswith("env:") else task.domain)[len("env:"):]
+        env = load_environment(name.split("/")[0])
+        if env.reference is not None:
+            return script_of(reference_of(env, task), f"task {task.id}")
     hidden = dict(task.hidden or {})
     if task.environment is not None:
         patch = hidden.get("reference_patch")
