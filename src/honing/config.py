@@ -87,6 +87,12 @@ class TasksConfig(_Node):
 
 
 class GenerationConfig(_Node):
+    backend: Literal["hf", "vllm", "vllm-server"] = "hf"
+    """Generation engine: 'hf' (honing's transformers decode loop; the default, no extra install), 'vllm'
+    (an in-process vLLM engine; `make setup-vllm`), 'vllm-server' (an OpenAI-compatible vLLM server that
+    honing starts, or the one at `generation.server_url`)."""
+    server_url: str | None = None
+    """With backend 'vllm-server': the base URL of a server you run (None: honing starts one on loopback)."""
     max_new_tokens: int = Field(48, gt=0)
     """Most tokens generated per sample."""
     temperature: float = Field(1.0, gt=0)
