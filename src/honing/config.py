@@ -515,16 +515,28 @@ def load_config(ref: str | Path | None = None, overrides: list[str] = ()) -> tup
             RunConfig.model_validate(data)
         except ValidationError as e:
             raise _explain(e, f"override '{text}'") from None
-    cfg = RunConfig.model_validate(data)
-    if cfg.plugins:
-        from honing.plugins import load_plugins
+    cfg = absolute_refs(RunConfig.model_validate(data), path.resolve().parent)
+    from honing.plugins import load_plugins
 
-        load_plugins(cfg.plugins, path.resolve().parent)
-    else:
-        from honing.plugins import set_base
-
-        set_base(path.resolve().parent)
+    load_plugins(cfg.plugins, path.resolve().parent)
     return cfg, path
+
+
+def absolute_refs(cfg: RunConfig, base: Path) -> RunConfig:
+    """File references (`./my_rewards.py`, `./my_tasks.py:make`) made absolute against the recipe's
+    folder: the run directory's config.yaml then resolves wherever it is resumed from."""
+    from honing.plugins import absolute_ref
+
+    cfg.plugins = [absolute_ref(p, base) for p in cfg.plugins]
+    for s in cfg.tasks.sources:
+        s.name = absolute_ref(s.name, base)
+        if s.verifier:
+            s.verifier = absolute_ref(s.verifier, base)
+    for layer in cfg.reward.layers:
+        if layer.verifier:
+            layer.verifier = absolute_ref(layer.verifier, base)
+    cfg.train.advantage_estimator = absolute_ref(cfg.train.advantage_estimator, base)
+    return cfg
 
 
 def dump_config(cfg: RunConfig) -> str:

@@ -120,6 +120,17 @@ def resolve(ref: str, base: Path | None = None) -> Any:
     return obj
 
 
+def absolute_ref(ref: str, base: Path | None) -> str:
+    """`./x.py:attr` (or a plugin path `./x.py`) with the file made absolute against `base`, so a
+    run directory's config.yaml still resolves from anywhere (`honing train --resume`)."""
+    mod, sep, attr = ref.rpartition(":") if is_reference(ref) else (ref, "", "")
+    if not (mod.endswith(".py") or "/" in mod) or Path(mod).expanduser().is_absolute():
+        return ref
+    p = Path(mod).expanduser()
+    cand = (base / p) if base is not None and (base / p).is_file() else p
+    return f"{cand.resolve()}{sep}{attr}" if cand.is_file() else ref
+
+
 _BASE: list[Path | None] = [None]  # the recipe's folder, for relative plugin paths
 
 

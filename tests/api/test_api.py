@@ -134,7 +134,7 @@ def test_reward_outside_unit_interval_is_an_infra_error_naming_it(tmp_path: Path
     for fn, shown in (("seven", "7.5"), ("word", "'yes'")):
         p = _train_cli(tmp_path, BASE % f", verifier: './rw.py:{fn}'", {"rw.py": code})
         line = _error_line(p)  # every sample of the step is an infra error: the run stops, saying why
-        assert "infrastructure errors" in line and f"verifier './rw.py:{fn}' returned" in line and shown in line
+        assert "infrastructure errors" in line and f"verifier '{tmp_path / 'rw.py'}:{fn}' returned" in line and shown in line
 
 
 def test_malformed_task_names_the_field(tmp_path: Path) -> None:
@@ -142,4 +142,21 @@ def test_malformed_task_names_the_field(tmp_path: Path) -> None:
             "        yield {'id': f't{i}', 'prompt': [{'role': 'user', 'content': 5}], 'answer': '1', 'verifier': 'exact'}\n")
     line = _error_line(_train_cli(tmp_path, (BASE % "").replace("gym:basic_arithmetic", "./bad_tasks.py:tasks"),
                                   {"bad_tasks.py": code}))
-    assert "task source './bad_tasks.py:tasks': task #0" in line and "'prompt[0]'" in line
+    assert f"task source '{tmp_path / 'bad_tasks.py'}:tasks': task #0" in line and "'prompt[0]'" in line
+
+
+def test_file_references_work_in_worker_processes_and_on_resume(tmp_path: Path) -> None:
+    """`./file.py:attr` is made absolute in the run's config.yaml: a rollout worker process
+    (schedule.staleness=1) and a resume from another directory both find it."""
+    code = ("import random\n\ndef tasks(split, seed):\n    rng = random.Random(f'{split}{seed}')\n"
+            "    for i in range(10_000):\n        n = rng.randint(0, 4)\n"
+            "        yield {'id': f'{split}/{i}', 'prompt': f'Double {n}.', 'answer': str(2 * n), 'verifier': './mine.py:reward'}\n\n"
+            "def reward(completion, answer):\n    return float(completion.strip()[:1] == answer[:1])\n")
+    recipe = BASE.replace("gym:basic_arithmetic", "./mine.py:tasks") % "" + "schedule: {staleness: 1}\n"
+    p = _train_cli(tmp_path, recipe, {"mine.py": code})
+    assert p.returncode == 0, p.stderr[-3000:]
+    saved = (tmp_path / "run" / "config.yaml").read_text()
+    assert f"{tmp_path / 'mine.py'}:tasks" in saved
+    again = subprocess.run([HONING, "train", "--resume", str(tmp_path / "run"), "--quiet"], capture_output=True,
+                           text=True, timeout=300, cwd="/")
+    assert again.returncode == 0, again.stderr[-3000:]

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from honing.config import RunConfig
-from honing.engine import SamplingParams, TransformersEngine, engine_weights_dtype
+from honing.engine import SamplingParams, TransformersEngine, engine_weights_dtype, make_engine
 from honing.schedule.orchestrate import CostModel, Orchestrator, RolloutBatch
 from honing.tasks.types import task_from_json
 
@@ -41,11 +41,14 @@ class LocalRollout:
             from honing.models import load_policy
 
             model, tok = load_policy(cfg.model.name, seed=cfg.seed)
-            dtype = engine_weights_dtype(cfg.generation.weights, cfg.model.bf16_autocast, model.device)
-            if dtype is not None:  # the process's own copy: in the engine's dtype, no second copy
-                model = model.to(dtype).requires_grad_(False)
-            engine = TransformersEngine(model, eos_ids_of(tok), tok.pad_token_id, cfg.model.bf16_autocast,
-                                        cfg.generation.max_batch_size, dtype)
+            if cfg.generation.backend == "hf":
+                dtype = engine_weights_dtype(cfg.generation.weights, cfg.model.bf16_autocast, model.device)
+                if dtype is not None:  # the process's own copy: in the engine's dtype, no second copy
+                    model = model.to(dtype).requires_grad_(False)
+                engine = TransformersEngine(model, eos_ids_of(tok), tok.pad_token_id, cfg.model.bf16_autocast,
+                                            cfg.generation.max_batch_size, dtype)
+            else:
+                engine = make_engine(cfg, model, tok, eos_ids_of(tok))
         self.engine, self.tok = engine, tok
         self.setup = setup or build_tasks(cfg)
         params = train_params(cfg)
@@ -70,6 +73,9 @@ class LocalRollout:
 def build(cfg_dict: dict) -> LocalRollout:
     """Worker-process factory: a LocalRollout with its own policy copy, from the run's config."""
     cfg = RunConfig.model_validate(cfg_dict)
+    from honing.plugins import load_plugins
+
+    load_plugins(cfg.plugins)  # the parent's plugins (absolute paths by now) register here too
     if cfg.run.deterministic:
         torch.use_deterministic_algorithms(True)
     return LocalRollout(cfg)

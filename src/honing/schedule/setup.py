@@ -68,9 +68,11 @@ def build_tasks(cfg: RunConfig) -> Setup:
                           levels=[s.level for s in t.sources], cfg=cfg.schedule)
     from honing.verify import get_verifier
 
-    verifiers = [get_verifier(s.verifier) for s in sources]  # unknown names fail now, not at step 1
+    # unknown names fail now, not at step 1 (a user source's tasks may name their own verifiers)
+    verifiers = [get_verifier(s.verifier) for s in sources if getattr(s, "verifier", None)]
     verifiers += [get_verifier(x.verifier) for x in cfg.reward.layers if x.verifier]
     probe = [next(iter(s.tasks("train", t.train_seed)), None) for s in sources]  # multi-turn sources?
+    verifiers += [get_verifier(x.verifier.name) for x in probe if x is not None]
     sandbox = make_sandbox(cfg, verifiers, any(x is not None and x.environment for x in probe))
     ctx = VerifyContext(cfg.verify.extractor, cfg.verify.format_weight, {"sandbox": sandbox} if sandbox else {})
     v = cfg.verify

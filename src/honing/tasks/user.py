@@ -15,6 +15,7 @@ source, the task's position and the field.
 from __future__ import annotations
 
 import inspect
+from pathlib import Path
 from collections.abc import Mapping
 from typing import Any, Callable, Iterable, Iterator
 
@@ -104,6 +105,10 @@ class UserSource:
         self.inner, self.name = inner, name
         self.domain = str(getattr(inner, "domain", name))
         self.verifier, self.system_prompt = verifier, system_prompt
+        from honing.plugins import is_reference
+
+        mod = name.rpartition(":")[0] if is_reference(name) else ""
+        self.base = Path(mod).parent if mod.endswith(".py") and Path(mod).is_absolute() else None
 
     def tasks(self, split: str, seed: int) -> Iterator[Task]:
         if split not in SPLITS:
@@ -118,6 +123,12 @@ class UserSource:
         changes: dict[str, Any] = {}
         if self.verifier and t.verifier.name != self.verifier:
             changes["verifier"] = VerifierSpec(self.verifier, dict(t.verifier.params))
+        elif self.base is not None:  # './x.py:fn' in a task from a file source: relative to that file
+            from honing.plugins import absolute_ref
+
+            name = absolute_ref(t.verifier.name, self.base)
+            if name != t.verifier.name:
+                changes["verifier"] = VerifierSpec(name, dict(t.verifier.params))
         if self.system_prompt and not any(m.get("role") == "system" for m in t.prompt):
             changes["prompt"] = ({"role": "system", "content": self.system_prompt}, *t.prompt)
         if not changes:
