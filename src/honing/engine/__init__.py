@@ -7,7 +7,7 @@ from typing import Any
 
 from honing.engine.types import Engine, Sample, SamplingParams
 
-__all__ = ["Engine", "Sample", "SamplingParams", "TransformersEngine", "bf16_supported", "engine_weights_dtype"]
+__all__ = ["Engine", "Sample", "SamplingParams", "TransformersEngine", "bf16_supported", "engine_weights_dtype", "make_engine"]
 
 
 def __getattr__(name: str) -> Any:
@@ -15,4 +15,8 @@ def __getattr__(name: str) -> Any:
         from honing.engine import hf
 
         return getattr(hf, name)
+    if name == "make_engine":
+        from honing.engine.factory import make_engine
+
+        return make_engine
     raise AttributeError(f"module 'honing.engine' has no attribute {name!r}")

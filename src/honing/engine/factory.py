@@ -1,0 +1,38 @@
+"""Build the generation engine `generation.backend` names, for training, held-out evaluation,
+`honing eval` and `honing rollout`."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+
+def make_engine(cfg: Any, model: Any, tok: Any, eos_ids: Sequence[int] | None = None, *,
+                backend: str | None = None, max_batch_size: int | None = None) -> Any:
+    """An Engine over `model` (the trainer's module or a worker's copy) for `cfg` (a RunConfig, or
+    None for the defaults). `backend` overrides `cfg.generation.backend`."""
+    from honing.config import RunConfig
+
+    cfg = cfg if cfg is not None else RunConfig()
+    g = cfg.generation
+    backend = backend or g.backend
+    if eos_ids is None:
+        from honing.schedule.rollout_side import eos_ids_of
+
+        eos_ids = eos_ids_of(tok)
+    if backend == "hf":
+        from honing.engine.hf import TransformersEngine, engine_weights_dtype
+
+        return TransformersEngine(model, eos_ids, tok.pad_token_id, cfg.model.bf16_autocast,
+                                  max_batch_size or g.max_batch_size,
+                                  engine_weights_dtype(g.weights, cfg.model.bf16_autocast, model.device))
+    if backend == "vllm":
+        from honing.engine.vllm import VLLMEngine
+
+        return VLLMEngine(model, tok, eos_ids, seed=cfg.seed, max_num_seqs=max(max_batch_size or g.max_batch_size, 8))
+    if backend == "vllm-server":
+        from honing.engine.vllm_server import make_server_engine
+
+        return make_server_engine(cfg, model, tok, eos_ids)
+    from honing.errors import HoningError
+
+    raise HoningError(f"unknown generation.backend {backend!r} (hf, vllm, vllm-server)")
