@@ -30,7 +30,7 @@ def _default_out(model: str, suite: str) -> Optional[Path]:
 
 
 def eval_cmd(model: str, suite_name: str, out: Optional[Path], samples: Optional[int], seed: Optional[int],
-             limit: Optional[int], show_progress: bool) -> int:
+             limit: Optional[int], show_progress: bool, engine: str = "hf") -> int:
     from honing.eval.runner import evaluate_suite, result_table, save_result
     from honing.eval.suite import load_suite
     from honing.schedule.progress import Progress
@@ -49,7 +49,7 @@ def eval_cmd(model: str, suite_name: str, out: Optional[Path], samples: Optional
                 bar[0].advance()
                 bar[1] += 1
 
-        result = evaluate_suite(model, suite, samples, seed, limit, on_progress)
+        result = evaluate_suite(model, suite, samples, seed, limit, on_progress, backend=engine)
     console.print(result_table(result))
     t = result["meta"]["time"]
     console.print(f"time: {t['wall_s']:.0f} s (generate {t['generate_s']:.0f} s, grade {t['grade_s']:.0f} s)")

@@ -113,12 +113,13 @@ class LocalRunner:
     """In-process model (TransformersEngine) through honing's rollout loops."""
 
     def __init__(self, ref: ModelRef, suite: Suite, tasks: Sequence[Task], engine: Any = None,
-                 tokenizer: Any = None) -> None:
+                 tokenizer: Any = None, backend: str = "hf") -> None:
         if engine is None:
             from honing.rollout.show import model_engine
 
-            engine, tokenizer = model_engine(ref.spec, 0)
-            engine.max_batch_size = max(engine.max_batch_size, suite.batch_tasks * 64)
+            engine, tokenizer = model_engine(ref.spec, 0, backend)
+            if hasattr(engine, "max_batch_size"):
+                engine.max_batch_size = max(engine.max_batch_size, suite.batch_tasks * 64)
         self.engine, self.tok = engine, tokenizer
         self.multiturn = None
         if any(t.environment for t in tasks):
@@ -216,7 +217,7 @@ def sample_record(task: Task, traj: Any, index: int, answer: Optional[str]) -> d
 # --- the evaluation ---------------------------------------------------------------------------
 def evaluate_suite(model: str, suite: Suite, samples: Optional[int] = None, seed: Optional[int] = None,
                    limit: Optional[int] = None, progress: Optional[Progress] = None, engine: Any = None,
-                   tokenizer: Any = None, endpoint_retries: int = 3) -> dict[str, Any]:
+                   tokenizer: Any = None, endpoint_retries: int = 3, backend: str = "hf") -> dict[str, Any]:
     """Evaluate `model` on `suite`'s held-out tasks. Returns the result dict (see `summarise`).
 
     An endpoint that fails after its retries stops the evaluation: the tasks finished so far are
@@ -229,7 +230,7 @@ def evaluate_suite(model: str, suite: Suite, samples: Optional[int] = None, seed
     n = samples or suite.samples_per_task
     base_seed = suite.seed if seed is None else seed
     runner: Any = (EndpointRunner(ref, tasks, endpoint_retries) if ref.kind == "endpoint"
-                   else LocalRunner(ref, suite, tasks, engine, tokenizer))
+                   else LocalRunner(ref, suite, tasks, engine, tokenizer, backend))
     sandbox = _sandbox_for(suite, tasks)
     from honing.verify import Verdict, VerifyContext
     from honing.verify.batch import BatchOptions, grade_batch

@@ -47,6 +47,7 @@ class RolloutOptions:
     extractor: str = "auto"
     backend: str = "bwrap"
     max_obs_chars: int = 1500
+    engine: str = "hf"  # generation backend for --policy model: hf or vllm
 
 
 # --- inputs -------------------------------------------------------------------------------------
@@ -173,14 +174,25 @@ class RoutedEngine:
         self.version = version
 
 
-def model_engine(spec: str, seed: int) -> tuple[Any, Any]:
+def model_engine(spec: str, seed: int, backend: str = "hf") -> tuple[Any, Any]:
+    """An engine over the model `spec` names: honing's transformers loop ('hf') or vLLM ('vllm')."""
     from honing.engine import TransformersEngine
     from honing.models import load_policy
 
+    if backend == "vllm":
+        from honing.engine.vllm import import_vllm
+
+        import_vllm()  # a missing vllm fails before the model loads
     model, tok = load_policy(spec, seed=seed)
     eos_ids = [i for i in {tok.eos_token_id, tok.convert_tokens_to_ids("<|im_end|>")} if isinstance(i, int)
                and i >= 0 and i != tok.unk_token_id]
-    return TransformersEngine(model, eos_ids, tok.pad_token_id), tok
+    if backend == "hf":
+        return TransformersEngine(model, eos_ids, tok.pad_token_id), tok
+    from honing.config import RunConfig
+    from honing.engine.factory import make_engine
+
+    cfg = RunConfig.model_validate({"seed": seed, "generation": {"backend": backend}})
+    return make_engine(cfg, model, tok, eos_ids), tok
 
 
 # --- running ------------------------------------------------------------------------------------
@@ -224,7 +236,7 @@ def run(opts: RolloutOptions) -> list[Result]:
         get_verifier(t.verifier.name)  # unknown verifier names fail before anything runs
     scripts = _scripts(kind, arg, tasks)
     if kind == "model":
-        engine, tok = model_engine(opts.model, opts.seed)
+        engine, tok = model_engine(opts.model, opts.seed, opts.engine)
     else:
         from honing.models import load_tokenizer
 

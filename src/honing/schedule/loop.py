@@ -23,7 +23,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from honing.config import RunConfig, dump_config
-from honing.engine import SamplingParams, TransformersEngine, engine_weights_dtype
+from honing.engine import SamplingParams, TransformersEngine, make_engine
 from honing.eval import evaluate
 from honing.models import load_policy
 from honing.schedule.orchestrate import CostModel
@@ -51,10 +51,11 @@ def default_run_dir(cfg: RunConfig, recipe: str) -> Path:
 
 
 def effective_train_config(cfg: RunConfig) -> Any:
-    """Stale rollouts switch on off-policy correction (token-level TIS against the trainer's
-    recomputed log-probs) unless the user configured it."""
+    """Stale rollouts and the vLLM engines (whose log-probs come from other kernels, in bf16) switch
+    on off-policy correction (token-level TIS against the trainer's recomputed log-probs) unless the
+    user configured it."""
     t = cfg.train
-    if cfg.schedule.staleness > 0 and t.tis_cap is None:
+    if (cfg.schedule.staleness > 0 or cfg.generation.backend != "hf") and t.tis_cap is None:
         return t.model_copy(update={"tis_cap": 2.0, "recompute_old_logprobs": True})
     return t
 
@@ -144,9 +145,7 @@ class Run:
         seed_everything(cfg.seed)
         self.model, self.tok = load_policy(cfg.model.name, seed=cfg.seed)
         self.eos = eos_ids_of(self.tok)
-        self.engine = TransformersEngine(self.model, self.eos, self.tok.pad_token_id, cfg.model.bf16_autocast,
-                                         cfg.generation.max_batch_size, engine_weights_dtype(
-                                             cfg.generation.weights, cfg.model.bf16_autocast, self.model.device))
+        self.engine = make_engine(cfg, self.model, self.tok, self.eos)
         self.progress = Progress(enabled=show_progress, plain=plain_progress)
         self.resume_row: dict | None = None
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -244,6 +243,7 @@ def _train(cfg: RunConfig, run_dir: Path, show_progress: bool, resume: bool, fro
                              cfg.sft.batch_size, cfg.model.bf16_autocast, cfg.seed,
                              on_step=lambda s, l: bar.advance(f"loss {l:.3f}"), pack_tokens=cfg.sft.pack_tokens)
                 m0["sft/final_loss"] = losses[-1]
+                r.engine.load_weights(None, version=0)  # an engine with its own copy serves the SFT weights
                 after_sft, m_sft = r.evaluate(0, "after SFT")
                 m0.update({f"after_sft/{key}": v for key, v in m_sft.items()})
                 save_checkpoint(r.ckpt_root / "sft", r.model, r.tok, {}, 0)
