@@ -268,7 +268,7 @@ def rollout_cmd(
     backend: str = typer.Option("bwrap", "--backend", help="Sandbox backend for multi-turn tasks"),
     show: bool = typer.Option(False, "--show", help="Print each trajectory readably (turns, tools, observations)"),
     as_json: bool = typer.Option(False, "--json", help="Print each trajectory's verdict as one JSON line"),
-    engine: str = typer.Option("hf", "--engine", help="Generation engine for --policy model: hf or vllm (.venv-vllm)"),
+    engine: str = typer.Option("hf", "--engine", help="Generation engine for --policy model: hf, vllm or vllm-server (.venv-vllm)"),
 ) -> None:
     """Run a few episodes with a model or scripted policy, grade them, and show what happened."""
     from honing.rollout.show import RolloutOptions, main as rollout_main
@@ -277,8 +277,8 @@ def rollout_cmd(
         parsed = json.loads(params) if params else {}
     except json.JSONDecodeError as e:
         raise HoningError(f"--params is not valid JSON: {e.msg}") from None
-    if engine not in ("hf", "vllm"):
-        raise HoningError(f"--engine {engine!r}: hf or vllm")
+    if engine not in ("hf", "vllm", "vllm-server"):
+        raise HoningError(f"--engine {engine!r}: hf, vllm or vllm-server")
     opts = RolloutOptions(task, task_file, model, policy, n, samples, split, seed, parsed, max_turns, max_new_tokens,
                           temperature, extractor, backend, engine=engine)
     raise typer.Exit(rollout_main(opts, show, as_json))
@@ -394,7 +394,7 @@ def eval_main(
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="At most this many tasks per source"),
     compare: Optional[tuple[str, str]] = typer.Option(None, "--compare", help="Compare two evaluation JSONs: --compare A.json B.json"),
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar"),
-    engine: str = typer.Option("hf", "--engine", help="Generation engine for a local model: hf or vllm (.venv-vllm)"),
+    engine: str = typer.Option("hf", "--engine", help="Generation engine for a local model: hf, vllm or vllm-server (.venv-vllm)"),
 ) -> None:
     """Evaluate a model on a suite's held-out tasks: pass@1, pass@k, maj@k per domain with 95% CIs."""
     if ctx.invoked_subcommand is not None:
@@ -405,8 +405,8 @@ def eval_main(
         raise typer.Exit(compare_main(Path(compare[0]), Path(compare[1])))
     if model is None:
         raise HoningError("honing eval needs --model SPEC (or a subcommand: compare, contamination)")
-    if engine not in ("hf", "vllm"):
-        raise HoningError(f"--engine {engine!r}: hf or vllm")
+    if engine not in ("hf", "vllm", "vllm-server"):
+        raise HoningError(f"--engine {engine!r}: hf, vllm or vllm-server")
     raise typer.Exit(eval_cmd(model, suite, out, samples, seed, limit,
                               not no_progress and (sys.stderr.isatty() or _force_progress()), engine))
 

@@ -7,9 +7,10 @@ from typing import Any, Sequence
 
 
 def make_engine(cfg: Any, model: Any, tok: Any, eos_ids: Sequence[int] | None = None, *,
-                backend: str | None = None, max_batch_size: int | None = None) -> Any:
+                backend: str | None = None, max_batch_size: int | None = None, need_weight_sync: bool = True) -> Any:
     """An Engine over `model` (the trainer's module or a worker's copy) for `cfg` (a RunConfig, or
-    None for the defaults). `backend` overrides `cfg.generation.backend`."""
+    None for the defaults). `backend` overrides `cfg.generation.backend`; `need_weight_sync=False`
+    (evaluation, `honing rollout`) accepts a server honing cannot push weights to."""
     from honing.config import RunConfig
 
     cfg = cfg if cfg is not None else RunConfig()
@@ -32,7 +33,7 @@ def make_engine(cfg: Any, model: Any, tok: Any, eos_ids: Sequence[int] | None = 
     if backend == "vllm-server":
         from honing.engine.vllm_server import make_server_engine
 
-        return make_server_engine(cfg, model, tok, eos_ids)
+        return make_server_engine(cfg, model, tok, eos_ids, need_weight_sync=need_weight_sync, seed=cfg.seed)
     from honing.errors import HoningError
 
     raise HoningError(f"unknown generation.backend {backend!r} (hf, vllm, vllm-server)")

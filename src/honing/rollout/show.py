@@ -192,7 +192,7 @@ def model_engine(spec: str, seed: int, backend: str = "hf") -> tuple[Any, Any]:
     from honing.engine.factory import make_engine
 
     cfg = RunConfig.model_validate({"seed": seed, "generation": {"backend": backend}})
-    return make_engine(cfg, model, tok, eos_ids), tok
+    return make_engine(cfg, model, tok, eos_ids, need_weight_sync=False), tok
 
 
 # --- running ------------------------------------------------------------------------------------
