@@ -18,7 +18,10 @@ class SamplingParams:
 @dataclass(frozen=True)
 class Sample:
     """One generated continuation. `logprobs[i]` is log p(token_ids[i]) under the sampling
-    distribution softmax(logits / temperature) (before top-p/top-k truncation; temperature 1 when greedy)."""
+    distribution softmax(logits / temperature) (before top-p/top-k truncation; temperature 1 when greedy).
+    The vLLM engine records vLLM's `processed_logprobs` instead: after top-p/top-k truncation, the
+    distribution actually sampled from (identical without truncation); with it the trainer recomputes
+    old log-probs and TIS is on, so the importance weights also correct the truncation."""
 
     token_ids: tuple[int, ...]
     logprobs: tuple[float, ...]
