@@ -263,8 +263,12 @@ class ServerProcess:
     def error_line(self) -> str:
         """The most telling line of the log: the last exception/`Error` line, else the last line."""
         tail = self.log_tail(60).splitlines()
-        for ln in reversed(tail):
+        for i in range(len(tail) - 1, -1, -1):
+            ln = tail[i]
             if re.search(r"(Error|Exception|error:)", ln) and not ln.lstrip().startswith("File "):
+                nxt = tail[i + 1] if i + 1 < len(tail) else ""
+                if nxt and not nxt.lstrip().startswith(("File ", "Traceback")):  # pydantic puts the reason next
+                    ln = f"{ln} {nxt}"
                 return _one_line(ln)
         return _one_line(tail[-1]) if tail else "(no output)"
 
