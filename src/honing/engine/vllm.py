@@ -13,6 +13,11 @@ own transformers); run honing from there (`.venv-vllm/bin/honing`). Scripts that
   the worker's `reload_weights` (the path that works on the CPU backend, which repacks linear
   weights at load time), then resets the prefix cache (cached KV belongs to the old weights).
   A failed reload raises `EngineError`: the engine is not usable afterwards.
+- A dead engine core process (killed, OOM) is restarted: the call that found it dead (generate or
+  a weight push) rebuilds the `vllm.LLM` with the same arguments, re-pushes the last weights it
+  was given (kept as a file, so the restart serves the same version; none pushed: the initial
+  model) and retries once (`stats["restarts"]`, one warning line on stderr). A second failure is
+  an `EngineError`.
 - Log-probs are vLLM's `processed_logprobs`: log p(token) under the distribution the token was
   drawn from (after temperature and top-k/top-p; greedy: softmax(logits)). Without top-k/top-p that
   is the `Sample` contract; with them it is the truncated distribution, which the trainer's
@@ -26,6 +31,7 @@ import shutil
 import sys
 import tempfile
 import time
+import weakref
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -134,7 +140,8 @@ class VLLMEngine:
         self.model_dir = self.dir / "model"
         self.reloads = 0
         # prompt tokens asked for and those served from the prefix cache (prefill = the difference)
-        self.stats = {"calls": 0, "prompt_tokens": 0, "cached_prompt_tokens": 0}
+        self.stats = {"calls": 0, "prompt_tokens": 0, "cached_prompt_tokens": 0, "restarts": 0}
+        self.last_weights: Path | None = None  # the last pushed safetensors file, re-pushed on a restart
         self.last_push_s = 0.0
         plain = _peft_free(model)
         plain.save_pretrained(self.model_dir, safe_serialization=True)
@@ -152,6 +159,7 @@ class VLLMEngine:
             kw["enforce_eager"] = True
         else:
             kw["gpu_memory_utilization"] = gpu_memory_utilization
+        self.llm_kwargs = kw
         t0 = time.perf_counter()
         try:
             self.llm = vllm.LLM(**kw)
@@ -159,6 +167,104 @@ class VLLMEngine:
             shutil.rmtree(self.dir, ignore_errors=True)
             raise HoningError(f"vLLM could not serve this model ({type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''})") from e
         self.start_s = time.perf_counter() - t0
+        self._watch()
+
+    # --- engine core liveness and restart -----------------------------------------------------
+    def _core_dead(self) -> bool:
+        """Whether vLLM's engine core process is known dead (its client's flag, or a process that
+        exited); False where this vllm does not expose them (in-process engine core)."""
+        try:
+            core = self.llm.llm_engine.engine_core
+            res = getattr(core, "resources", None)
+            if res is None:
+                return False
+            if getattr(res, "engine_dead", False):
+                return True
+            mgr = getattr(res, "engine_manager", None)
+            return any(p.exitcode is not None for p in getattr(mgr, "processes", None) or [])
+        except Exception:
+            return False
+
+    def _watch(self) -> None:
+        """A thread that, when the engine core process dies, wakes the calls waiting on it with
+        EngineDeadError: vLLM's own monitor only shuts the client down, which leaves a SIGKILLed
+        core's in-flight generate (and utility calls) waiting forever."""
+        import threading
+        from multiprocessing import connection
+
+        try:
+            from vllm.v1.engine.exceptions import EngineDeadError
+
+            core = self.llm.llm_engine.engine_core
+            procs = list(core.resources.engine_manager.processes)
+            queue, futures = core.outputs_queue, core.utility_results
+        except Exception:  # pragma: no cover - in-process engine core, or another vllm layout
+            return
+
+        ref = weakref.ref(self)
+
+        def watch() -> None:
+            connection.wait([p.sentinel for p in procs])
+            me = ref()
+            llm = None if me is None else me.llm
+            if llm is None or llm.llm_engine.engine_core is not core:  # closed or replaced
+                return
+            time.sleep(0.5)  # let vLLM's monitor mark the client dead first
+            queue.put_nowait(EngineDeadError())
+            for f in list(futures.values()):
+                if not f.done():
+                    f.set_exception(EngineDeadError())
+
+        threading.Thread(target=watch, daemon=True, name="honing-vllm-core-watch").start()
+
+    @staticmethod
+    def _is_dead_error(e: BaseException) -> bool:
+        try:
+            from vllm.v1.engine.exceptions import EngineDeadError
+        except Exception:  # pragma: no cover - another vllm layout
+            EngineDeadError = ()  # type: ignore[assignment]
+        if isinstance(e, EngineDeadError):  # type: ignore[arg-type]
+            return True
+        msg = str(e).lower()
+        return "engine core" in msg and "died" in msg or "enginecore encountered an issue" in msg
+
+    def _restart(self, why: str) -> None:
+        """Rebuild the LLM (same arguments) and re-push the last weights it was given."""
+        vllm = import_vllm()
+        self.stats["restarts"] += 1
+        print(f"honing: warning: the vLLM engine core died ({why}); restarting it (restart "
+              f"{self.stats['restarts']}, serving weights version {self.version})", file=sys.stderr, flush=True)
+        old, self.llm = self.llm, None
+        try:
+            old.llm_engine.engine_core.shutdown()
+        except Exception:
+            pass
+        del old
+        try:
+            self.llm = vllm.LLM(**self.llm_kwargs)
+            self._watch()
+            if self.last_weights is not None:
+                self._reload(self.last_weights.parent)
+        except Exception as e:
+            raise EngineError(f"vLLM engine restart failed ({type(e).__name__}: {e})") from e
+
+    def _call(self, what: str, fn: Any) -> Any:
+        """fn(), restarting a dead engine core once (before the call when it is known dead, or
+        after the call failed because it died); a second failure is an EngineError."""
+        restarted = False
+        if self._core_dead():
+            self._restart("found dead before " + what)
+            restarted = True
+        try:
+            return fn()
+        except Exception as e:
+            if restarted or not (self._is_dead_error(e) or self._core_dead()):
+                raise
+            self._restart(f"{what}: {type(e).__name__}")
+        try:
+            return fn()
+        except Exception as e:
+            raise EngineError(f"vLLM {what} failed again after restarting the engine ({type(e).__name__}: {e})") from e
 
     # --- weights ------------------------------------------------------------------------------
     def set_model(self, model: torch.nn.Module) -> None:
@@ -190,15 +296,23 @@ class VLLMEngine:
             tensors[k] = t
         save_file(tensors, str(path / "model.safetensors"))
         try:
-            self.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(path), "is_checkpoint_format": True})
-            self.llm.reset_prefix_cache()
+            self._call("weight reload", lambda: self._reload(path))
         except Exception as e:
+            shutil.rmtree(path, ignore_errors=True)
+            if isinstance(e, EngineError) and "restart" in str(e):
+                raise
             raise EngineError(f"vLLM weight reload failed ({type(e).__name__}: {e}); the engine's weights are "
                               "undefined, restart it") from e
-        finally:
-            shutil.rmtree(path, ignore_errors=True)
+        last = self.dir / "last"  # kept: a restarted engine core re-pushes it
+        shutil.rmtree(last, ignore_errors=True)
+        path.rename(last)
+        self.last_weights = last / "model.safetensors"
         self.reloads += 1
         self.last_push_s = time.perf_counter() - t0
+
+    def _reload(self, path: Path) -> None:
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(path), "is_checkpoint_format": True})
+        self.llm.reset_prefix_cache()
 
     # --- generation ---------------------------------------------------------------------------
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams,
@@ -222,7 +336,9 @@ class VLLMEngine:
                            seed=None if seed is None else self._seed(seed, i, params.n)))
             reqs.append(TokensPrompt(prompt_token_ids=list(p)))
         try:
-            outs = self.llm.generate(reqs, sps, use_tqdm=False)
+            outs = self._call("generation", lambda: self.llm.generate(reqs, sps, use_tqdm=False))
+        except EngineError:
+            raise
         except Exception as e:
             raise EngineError(f"vLLM generation failed ({type(e).__name__}: {e})") from e
         eos = set(self.eos_ids)
