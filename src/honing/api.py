@@ -23,7 +23,6 @@ by each dict's `split`; training items repeat in epochs, each shuffled).
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
@@ -31,7 +30,6 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from honing.config import RunConfig, SourceConfig, load_config
 from honing.errors import ConfigError, HoningError
 
-HELDOUT_FRACTION = 0.1
 
 
 class Summary(dict):
@@ -116,9 +114,9 @@ class ListSource:
     def _split(item: Any, i: int) -> str:
         if isinstance(item, Mapping) and item.get("split") in ("train", "heldout"):
             return str(item["split"])
-        key = str(item.get("id", item.get("prompt")) if isinstance(item, Mapping) else getattr(item, "id", i))
-        h = int(hashlib.sha256(key.encode()).hexdigest()[:8], 16)
-        return "heldout" if h < HELDOUT_FRACTION * 0xFFFFFFFF else "train"
+        from honing.tasks.jsonl import _split_of  # the same stable 10% as a JSONL task file
+
+        return _split_of(str(item.get("id", item.get("prompt")) if isinstance(item, Mapping) else getattr(item, "id", i)))
 
     def tasks(self, split: str, seed: int) -> Iterable[Any]:
         """Held-out items once; training items in epochs, each pass shuffled by (seed, pass)."""

@@ -64,14 +64,21 @@ def _import_failed(ref: str, exc: BaseException) -> PluginError:
     return PluginError(f"plugin '{ref}' failed to import: {_user_frame(exc)}: {msg}")
 
 
-def _file_path(ref: str, base: Path | None) -> Path | None:
-    if not (ref.endswith(".py") or "/" in ref):
-        return None
-    p = Path(ref).expanduser()
+def _find_file(p: Path, base: Path | None) -> Path | None:
+    """`p` against the recipe's folder first, then the working directory."""
     for cand in ([base / p] if base is not None and not p.is_absolute() else []) + [p]:
         if cand.is_file():
             return cand.resolve()
-    raise PluginError(f"plugin file not found: {ref}" + (f" (looked in {base} and the working directory)" if base else ""))
+    return None
+
+
+def _file_path(ref: str, base: Path | None) -> Path | None:
+    if not (ref.endswith(".py") or "/" in ref):
+        return None
+    found = _find_file(Path(ref).expanduser(), base)
+    if found is None:
+        raise PluginError(f"plugin file not found: {ref}" + (f" (looked in {base} and the working directory)" if base else ""))
+    return found
 
 
 def import_ref(ref: str, base: Path | None = None) -> ModuleType:
@@ -126,9 +133,8 @@ def absolute_ref(ref: str, base: Path | None) -> str:
     mod, sep, attr = ref.rpartition(":") if is_reference(ref) else (ref, "", "")
     if not (mod.endswith(".py") or "/" in mod) or Path(mod).expanduser().is_absolute():
         return ref
-    p = Path(mod).expanduser()
-    cand = (base / p) if base is not None and (base / p).is_file() else p
-    return f"{cand.resolve()}{sep}{attr}" if cand.is_file() else ref
+    found = _find_file(Path(mod).expanduser(), base)
+    return f"{found}{sep}{attr}" if found is not None else ref
 
 
 _BASE: list[Path | None] = [None]  # the recipe's folder, for relative plugin paths

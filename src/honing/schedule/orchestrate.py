@@ -216,14 +216,14 @@ class Orchestrator:
         t_run = time.perf_counter()
         st: dict[str, float] = defaultdict(float)
         done: dict[int, list[Trajectory]] = {}
-        self._errors: list[str] = []
+        errors: list[str] = []
         grader = _Grader(self.ctx, self.reward, self.grading, dict(self.cfg.env_concurrency))
         try:
             buckets = self.buckets(tasks)
             futures: list[Future] = []
             for b, idx in enumerate(buckets):  # bucket b+1 rolls out while bucket b grades
                 futures += self._launch(grader, tasks, idx, seed if b == 0 else retry_seed(seed, -b, 0), st)
-            failed = self._collect(futures, tasks, done, st)
+            failed = self._collect(futures, tasks, done, st, errors)
             for attempt in range(1, self.cfg.max_retries + 1):
                 if not failed:
                     break
@@ -233,7 +233,7 @@ class Orchestrator:
                 st["retries"] += len(failed)
                 futures = [f for i in failed
                            for f in self._launch(grader, tasks, [i], retry_seed(seed, i, attempt), st)]
-                failed = self._collect(futures, tasks, done, st)
+                failed = self._collect(futures, tasks, done, st, errors)
         finally:
             grader.close()
         st.update(jobs=len(tasks), drops=len(failed), buckets=len(buckets))
@@ -242,7 +242,7 @@ class Orchestrator:
         trajs = [t for i in range(len(tasks)) if i in done for t in done[i]]
         keys = ("time/gen_s", "time/verify_s", "time/sandbox_s", "time/backoff_s", "jobs", "attempts", "retries",
                 "drops", "infra_errors", "deadline_exceeded", "deadline_skipped", "buckets")
-        return RolloutBatch(trajs, sorted(failed), {k: float(st[k]) for k in keys}, self._errors[:3])
+        return RolloutBatch(trajs, sorted(failed), {k: float(st[k]) for k in keys}, errors)
 
     def _launch(self, grader: _Grader, tasks: Sequence[Task], idx: list[int], seed: int,
                 st: dict[str, float]) -> list[Future]:
@@ -261,8 +261,9 @@ class Orchestrator:
         return [grader.submit(_Job(i, tasks[i], p, self.cfg.job_deadline_s - gen)) for i, p in zip(idx, per)]
 
     def _collect(self, futures: list[Future], tasks: Sequence[Task], done: dict[int, list[Trajectory]],
-                 st: dict[str, float]) -> list[int]:
-        """Wait for the jobs (in submission order); keep the good ones; return the failed indices."""
+                 st: dict[str, float], errors: list[str]) -> list[int]:
+        """Wait for the jobs (in submission order); keep the good ones; return the failed indices
+        (the first three distinct infrastructure errors go to `errors`)."""
         failed = []
         for f in futures:
             job: _Job = f.result()
@@ -279,8 +280,8 @@ class Orchestrator:
             if n_infra or job.late:
                 failed.append(job.index)
                 first = next((t.verdict.details for t in job.trajs if t.status == "infra_error" and t.verdict), None)
-                if first and len(getattr(self, "_errors", [])) < 3 and first not in self._errors:
-                    self._errors.append(first)
+                if first and len(errors) < 3 and first not in errors:
+                    errors.append(first)
             else:
                 done[job.index] = job.trajs
         return sorted(failed)

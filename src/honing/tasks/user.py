@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from typing import Any, Callable, Iterable, Iterator
 
 from honing.errors import TaskError
-from honing.tasks.types import SPLITS, Task, VerifierSpec
+from honing.tasks.types import SPLITS, Task, VerifierSpec, task_from_json
 
 SOURCES: dict[str, Any] = {}
 
@@ -40,25 +40,20 @@ def _is_source(obj: Any) -> bool:
 
 
 def _task_from_dict(d: Mapping[str, Any], name: str, i: int, default_verifier: str | None) -> Task:
+    """A task dict as in a JSONL task file (`answer` is shorthand for hidden['answer']), with the
+    source's defaults for id, domain and verifier; read by the same code as `honing verify --task`."""
     where = f"task source '{name}': task #{i}"
-    for key in ("prompt",):
-        if key not in d:
-            raise TaskError(f"{where}: missing field '{key}'")
-    prompt = d["prompt"]
-    if isinstance(prompt, str):
-        prompt = [{"role": "user", "content": prompt}]
+    if "prompt" not in d:
+        raise TaskError(f"{where}: missing field 'prompt'")
+    if d.get("verifier", default_verifier) is None:
+        raise TaskError(f"{where}: missing field 'verifier' (or set the source's verifier in the recipe)")
     hidden = dict(d.get("hidden") or {})
     if "answer" in d:
         hidden.setdefault("answer", d["answer"])
-    ver = d.get("verifier", default_verifier)
-    if ver is None:
-        raise TaskError(f"{where}: missing field 'verifier' (or set the source's verifier in the recipe)")
-    spec = VerifierSpec(ver, {}) if isinstance(ver, str) else \
-        VerifierSpec(str(ver.get("name")), dict(ver.get("params") or {})) if isinstance(ver, Mapping) else ver
+    obj = {**d, "id": d.get("id", f"{name}/{i}"), "domain": d.get("domain", name),
+           "verifier": d.get("verifier", default_verifier), "hidden": hidden}
     try:
-        return Task(id=str(d.get("id", f"{name}/{i}")), domain=str(d.get("domain", name)), prompt=tuple(prompt),
-                    verifier=spec, hidden=hidden, difficulty=d.get("difficulty"), tags=tuple(d.get("tags") or ()),
-                    metadata=dict(d.get("metadata") or {}), environment=d.get("environment"))
+        return task_from_json(obj, where)
     except (TypeError, ValueError) as e:
         raise TaskError(f"{where}: {e}") from None
 

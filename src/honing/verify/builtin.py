@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import re
 import time
 from typing import Any, Callable
 
 from honing.rollout.types import Trajectory
 from honing.tasks.gym import gym_dataset
-from honing.verify.extract import EXTRACTORS
+from honing.verify.extract import EXTRACTORS, NUMBER
 from honing.verify.registry import register_verifier
 from honing.verify.types import Verdict, VerifyContext
 
@@ -36,7 +35,6 @@ def _bool_answer(answer: str, entry: dict[str, Any]) -> float:
 SCORER_FIXES: dict[str, Callable[[str, dict[str, Any]], float]] = {"game_of_life_halting": _bool_answer}
 # The longest completion read whole as an answer (longer ones are not a bare answer).
 MAX_WHOLE_ANSWER = 20_000
-_PLAIN_NUMBER = re.compile(r"-?\d+(?:,\d{3})*(?:\.\d+)?")
 
 
 class ReasoningGymVerifier:
@@ -78,7 +76,7 @@ class ReasoningGymVerifier:
 
         if "<answer>" in text:
             answer = EXTRACTORS["answer_tag"](text)[0]
-        elif ctx.extractor == "auto" and not _PLAIN_NUMBER.fullmatch(str(entry.get("answer", "")).strip()):
+        elif ctx.extractor == "auto" and not NUMBER.fullmatch(str(entry.get("answer", "")).strip()):
             whole = text.strip()
             answer = whole if whole and len(whole) <= MAX_WHOLE_ANSWER else None
         correct = score(answer)

@@ -10,40 +10,46 @@ import re
 from typing import Callable
 
 _TAG = re.compile(r"<answer>(.*?)</answer>", re.S)
-_NUMBER = re.compile(r"-?\d+(?:,\d{3})*(?:\.\d+)?")
+NUMBER = re.compile(r"-?\d+(?:,\d{3})*(?:\.\d+)?")  # a plain number as last_number reads it
 
 
-def _one(found: list[str]) -> str | None:
+def single_answer(found: list[str]) -> str | None:
+    """The answer when all found answers say the same thing (stripped), else None."""
     distinct = {f.strip() for f in found}
     return distinct.pop() if len(distinct) == 1 else None
 
 
 def answer_tag(text: str) -> tuple[str | None, bool]:
     found = _TAG.findall(text)
-    return _one(found), len(found) == 1
+    return single_answer(found), len(found) == 1
 
 
-def _boxed_contents(text: str) -> list[str]:
+def braced_after(text: str, cmd: str) -> list[tuple[int, int, str]]:
+    """(start, end, contents) of every `cmd{...}` with balanced braces (a backslash escapes one char)."""
     out, i = [], 0
-    while (i := text.find("\\boxed{", i)) >= 0:
-        depth, j = 1, i + len("\\boxed{")
+    while (i := text.find(cmd + "{", i)) >= 0:
+        depth, j = 1, i + len(cmd) + 1
         while j < len(text) and depth:
-            depth += {"{": 1, "}": -1}.get(text[j], 0)
+            c = text[j]
+            if c == "\\" and j + 1 < len(text):
+                j += 2
+                continue
+            depth += {"{": 1, "}": -1}.get(c, 0)
             j += 1
         if depth == 0:
-            out.append(text[i + len("\\boxed{"): j - 1])
+            out.append((i, j, text[i + len(cmd) + 1: j - 1]))
         i = j
     return out
 
 
 def boxed(text: str) -> tuple[str | None, bool]:
-    found = _boxed_contents(text)
-    return _one(found), len(found) == 1
+    found = [b[2] for b in braced_after(text, "\\boxed")]
+    return single_answer(found), len(found) == 1
 
 
 def last_number(text: str) -> tuple[str | None, bool]:
     """The last number in the text; format_ok when the reply is just that number."""
-    found = _NUMBER.findall(text)
+    found = NUMBER.findall(text)
     if not found:
         return None, False
     ans = found[-1].replace(",", "")

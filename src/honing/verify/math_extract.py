@@ -35,6 +35,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from honing.verify.extract import braced_after, single_answer
+
 
 @dataclass(frozen=True)
 class Extracted:
@@ -51,27 +53,7 @@ NONE = Extracted(None, False)
 # ----------------------------------------------------------------------------- tier 1 and 2
 
 
-def braced_after(text: str, cmd: str) -> list[tuple[int, int, str]]:
-    """(start, end, contents) of every `cmd{...}` with balanced braces."""
-    out, i = [], 0
-    while (i := text.find(cmd + "{", i)) >= 0:
-        depth, j = 1, i + len(cmd) + 1
-        while j < len(text) and depth:
-            c = text[j]
-            if c == "\\" and j + 1 < len(text):
-                j += 2
-                continue
-            depth += {"{": 1, "}": -1}.get(c, 0)
-            j += 1
-        if depth == 0:
-            out.append((i, j, text[i + len(cmd) + 1: j - 1]))
-        i = j
-    return out
-
-
-def _single(found: list[str]) -> str | None:
-    distinct = {f.strip() for f in found}
-    return distinct.pop() if len(distinct) == 1 else None
+_TAG = re.compile(r"<answer>(.*?)</answer>", re.S)
 
 
 # What may stand between boxed answers that are parts of one list answer ("\\boxed{1} and \\boxed{2}",
@@ -128,8 +110,6 @@ def _boxed_answer(text: str, boxes: list[tuple[int, int, str]]) -> Extracted:
 def _strip_text_cmds(sep: str) -> str:
     return re.sub(r"\\(?:text|textbf|mbox)\{([^{}]*)\}", r" \1 ", sep)
 
-
-_TAG = re.compile(r"<answer>(.*?)</answer>", re.S)
 
 # ----------------------------------------------------------------------------- LaTeX spans
 
@@ -320,7 +300,7 @@ def extract_math(text: str) -> Extracted:
         return _boxed_answer(text, boxed)
     if "<answer>" in text:
         found = _TAG.findall(text)
-        ans = _single(found)
+        ans = single_answer(found)
         if ans is None:
             return Extracted(None, False, "answer_tag")
         inner = extract_math(ans) if ("$" in ans or "\\(" in ans or "\\[" in ans) else None
