@@ -296,6 +296,11 @@ class EvalConfig(_Node):
     """Evaluation sampling temperature (0: greedy)."""
     every_steps: int = Field(0, ge=0)
     """Evaluate every N steps (0: only at start and end)."""
+    weights: Literal["export", "engine"] = "export"
+    """Which weights held-out evaluation decodes with. 'export': the trainer's full-precision weights
+    (LoRA applied), exactly what a checkpoint saves and `honing eval CHECKPOINT` measures, decoded by an
+    hf engine without autocast. 'engine': the generation engine's copy (bf16 or vLLM): faster, but not
+    the weights that ship (greedy decoding from a bf16 copy swung 3 of 48 quickstart tasks)."""
     contamination: ContaminationCheckConfig = ContaminationCheckConfig()
     """Start-up overlap check between training sources and the held-out tasks."""
 

@@ -146,6 +146,8 @@ class Run:
         self.model, self.tok = load_policy(cfg.model.name, seed=cfg.seed)
         self.eos = eos_ids_of(self.tok)
         self.engine = make_engine(cfg, self.model, self.tok, self.eos)
+        self._export_engine: TransformersEngine | None = None  # held-out eval of the exported weights
+        self.trainer: PolicyTrainer | None = None
         self.progress = Progress(enabled=show_progress, plain=plain_progress)
         self.resume_row: dict | None = None
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -183,12 +185,32 @@ class Run:
         c = self.cfg
         g = c.generation
         params = SamplingParams(g.max_new_tokens, c.eval.temperature, g.top_p, g.top_k, c.eval.samples_per_task)
+        engine, which = self.eval_engine()
         with self.progress.phase(f"held-out eval ({label})"):
-            res = evaluate(self.engine, self.tok, self.setup.heldout, params, self.setup.ctx, seed=c.seed + 7,
+            res = evaluate(engine, self.tok, self.setup.heldout, params, self.setup.ctx, seed=c.seed + 7,
                            opts=self.setup.grading, roll_out=self.setup.roll_out)
+        res["weights"] = which
         per_domain = {f"heldout/{d}/pass@1": v for d, v in res.get("per_domain_pass@1", {}).items()}
-        self.progress.note(f"held-out {label}: pass@1 {res['pass@1']:.3f}  mean reward {res['mean_reward']:.3f}")
+        self.progress.note(f"held-out {label}: pass@1 {res['pass@1']:.3f}  mean reward {res['mean_reward']:.3f}"
+                           f"  ({which})")
         return res, {**{f"heldout/{k}": v for k, v in res.items() if isinstance(v, (int, float))}, **per_domain}
+
+    def eval_engine(self) -> tuple[Any, str]:
+        """The engine held-out evaluation decodes with (`eval.weights`), and which weights those are."""
+        policy = self.trainer.model if self.trainer is not None else self.model
+        eng = self.engine
+        dtype = str(next(policy.parameters()).dtype).removeprefix("torch.")
+        exact = (isinstance(eng, TransformersEngine) and eng.weights_dtype is None and not eng.bf16_autocast)
+        if self.cfg.eval.weights == "export" and not exact:
+            if self._export_engine is None:
+                self._export_engine = TransformersEngine(policy, self.eos, self.tok.pad_token_id, False,
+                                                         self.cfg.generation.max_batch_size)
+            if self._export_engine.source is not policy:
+                self._export_engine.set_model(policy)
+            return self._export_engine, f"exported weights ({dtype}, hf engine)"
+        if exact:
+            return eng, f"exported weights ({dtype}, hf engine)"
+        return eng, f"engine copy ({describe_engine(eng)})"
 
     def checkpoint(self, name: str, step: int) -> Path:
         phase("checkpoint", step)
@@ -247,7 +269,7 @@ def _train(cfg: RunConfig, run_dir: Path, show_progress: bool, resume: bool, fro
                 after_sft, m_sft = r.evaluate(0, "after SFT")
                 m0.update({f"after_sft/{key}": v for key, v in m_sft.items()})
                 save_checkpoint(r.ckpt_root / "sft", r.model, r.tok, {}, 0)
-            keep = ("pass@1", "mean_reward", "n_tasks", "infra_errors", "per_domain_pass@1")
+            keep = ("pass@1", "mean_reward", "n_tasks", "infra_errors", "per_domain_pass@1", "weights")
             state.set_meta("heldout_before", {key: before[key] for key in keep})
             state.set_meta("heldout_after_sft", {key: after_sft[key] for key in keep} if after_sft else None)
         elif (r.ckpt_root / "sft" / "manifest.json").exists():
@@ -359,11 +381,12 @@ def _train(cfg: RunConfig, run_dir: Path, show_progress: bool, resume: bool, fro
             cb(cfg.train.steps, m_after)
     r.worker.close()
     r.log.close()
-    keep = ("pass@1", "mean_reward", "n_tasks", "infra_errors", "per_domain_pass@1")
+    keep = ("pass@1", "mean_reward", "n_tasks", "infra_errors", "per_domain_pass@1", "weights")
     summary = {
         "heldout_before": state.meta("heldout_before"),
         "heldout_after": {key: after[key] for key in keep},
         "heldout_after_sft": state.meta("heldout_after_sft"),
+        "heldout_weights": after["weights"],
         "steps": cfg.train.steps,
         "resumed_from_step": start if r.resume_row else None,
         "wall_s": round(time.time() - t_start, 2),
@@ -376,6 +399,15 @@ def _train(cfg: RunConfig, run_dir: Path, show_progress: bool, resume: bool, fro
     state.close()
     atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=2))
     return summary
+
+
+def describe_engine(engine: Any) -> str:
+    """A short name for the weights an engine decodes with, e.g. 'hf bfloat16 copy', 'vllm'."""
+    if isinstance(engine, TransformersEngine):
+        if engine.weights_dtype is not None:
+            return f"hf {str(engine.weights_dtype).removeprefix('torch.')} copy"
+        return "hf, bf16 autocast" if engine.bf16_autocast else "hf"
+    return type(engine).__name__.removesuffix("Engine").lower() or "engine"
 
 
 def _observe_cost(cost: CostModel, batch: StepBatch) -> None:
