@@ -423,3 +423,76 @@ def test_real_server_refuses_a_model_it_cannot_serve(tmp_path: Path, monkeypatch
         make_server_engine(_Cfg(None), tmp_path / "m", None, [2], start_timeout_s=240, **QUICK)
     assert "\n" not in str(e.value) and time.monotonic() - t < 240
     print(str(e.value))
+
+
+@pytest.mark.slow
+def test_real_server_killed_is_restarted_with_the_pushed_weights(server: Any, smol: Any, capfd: Any) -> None:
+    """A server honing started that dies (SIGKILL to the API process) is restarted on the same URL,
+    gets back the weights it served, and the request that failed is resubmitted."""
+    import signal
+
+    import torch
+
+    _, tok, model = smol
+    p = _prompt(tok, "Write one word.")
+    greedy = SamplingParams(max_new_tokens=12, temperature=0.0)
+    new = {k: v.clone() for k, v in model.state_dict().items()}
+    g = torch.Generator().manual_seed(1)
+    for k, v in new.items():
+        if v.dim() == 2 and ".layers." in k:
+            v.add_(torch.randn(v.shape, generator=g) * v.std() * 0.1)
+    server.load_weights(new, version=5)
+    pushed = server.generate([p], greedy)[0][0]
+    url, restarts = server.url, server.stats["restarts"]
+    os.kill(server.server.proc.pid, signal.SIGKILL)
+    out = server.generate([p], greedy)[0][0]
+    assert server.stats["restarts"] == restarts + 1 and server.url == url and server.server.alive()
+    assert out.token_ids == pushed.token_ids  # the version-5 weights, not the model the server started with
+    perturbed = type(model)(model.config)
+    perturbed.load_state_dict(new)
+    perturbed.eval()
+    d_new = sum(abs(a - b) for a, b in zip(out.logprobs, _hf_logprobs(perturbed, p, out.token_ids, 1.0)))
+    d_old = sum(abs(a - b) for a, b in zip(out.logprobs, _hf_logprobs(model, p, out.token_ids, 1.0)))
+    assert d_old > 3 * d_new, (d_new, d_old)
+    assert server.server_weight_version() == "5"
+    err = capfd.readouterr().err
+    assert sum("vLLM server died" in ln and "restarting it with weights version 5" in ln for ln in err.splitlines()) == 1
+    server.set_model(model)
+    server.load_weights(None, version=6)  # back to the control weights for the tests that follow
+
+
+@pytest.mark.slow
+def test_real_server_serves_a_lora_runs_merged_weights(server: Any, smol: Any) -> None:
+    """A LoRA run pushes the merged policy (base + adapter): the server's log-probs follow the
+    adapter, and a zero adapter (a silent no-op push would look the same) is the control."""
+    import copy
+
+    import torch
+
+    from honing.config import LoraConfig
+    from honing.train.trainer import apply_lora
+
+    _, tok, model = smol
+    p = _prompt(tok, "Name a fruit.")
+    greedy = SamplingParams(max_new_tokens=10, temperature=0.0)
+    server.set_model(model)
+    server.load_weights(None, version=10)
+    base_out = server.generate([p], greedy)[0][0]
+    peft = apply_lora(copy.deepcopy(model), LoraConfig(enabled=True, r=8, alpha=16))
+    g = torch.Generator().manual_seed(2)
+    with torch.no_grad():
+        for n, prm in peft.named_parameters():
+            if "lora_B" in n:  # lora_B starts at zero: give the adapter a real effect
+                prm.copy_(torch.randn(prm.shape, generator=g) * 0.05)
+    server.set_model(peft)
+    server.load_weights(None, version=11)
+    out = server.generate([p], greedy)[0][0]
+    lp_adapted = _hf_logprobs(peft, p, out.token_ids, 1.0)
+    lp_base = _hf_logprobs(model, p, out.token_ids, 1.0)
+    d_ad = sum(abs(a - b) for a, b in zip(out.logprobs, lp_adapted)) / len(lp_adapted)
+    d_base = sum(abs(a - b) for a, b in zip(out.logprobs, lp_base)) / len(lp_base)
+    assert d_ad < 0.35 and d_base > 3 * d_ad, (d_ad, d_base)
+    assert out.token_ids != base_out.token_ids or d_base > 0.1
+    server.set_model(model)
+    server.load_weights(None, version=12)
+    assert server.generate([p], greedy)[0][0].token_ids == base_out.token_ids

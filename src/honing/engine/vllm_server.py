@@ -243,14 +243,28 @@ class ServerProcess:
         full_env.update({"VLLM_SERVER_DEV_MODE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
                          "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONUNBUFFERED": "1"})
         full_env.update(env or {})
-        self._log = open(self.log_path, "wb")
+        self.env = full_env
+        self.starts = 0
+        self._spawn()
+        atexit.register(self.stop)
+
+    def _spawn(self) -> None:
+        self._log = open(self.log_path, "ab")  # a restart appends: the dead server's last words stay
         try:
-            self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         env=full_env, start_new_session=True)
+            self.proc = subprocess.Popen(self.cmd, stdout=self._log, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, env=self.env, start_new_session=True)
         except OSError as e:
             self._log.close()
-            raise VLLMServerError(f"cannot start the vLLM server with {python}: {e}") from None
+            raise VLLMServerError(f"cannot start the vLLM server with {self.python}: {e}") from None
+        self.starts += 1
+
+    def restart(self, http: _Http, deadline_s: float) -> None:
+        """Stop what is left of this server (its whole process group) and start it again on the
+        same port with the same model directory; returns once it is healthy."""
+        self.stop(remove_files=False)
+        self._spawn()
         atexit.register(self.stop)
+        self.wait_healthy(http, deadline_s)
 
     def log_tail(self, lines: int = 12) -> str:
         try:
@@ -294,7 +308,7 @@ class ServerProcess:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def stop(self, grace_s: float = 10.0) -> None:
+    def stop(self, grace_s: float = 10.0, remove_files: bool = True) -> None:
         proc = getattr(self, "proc", None)
         if proc is not None and proc.poll() is None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -302,13 +316,15 @@ class ServerProcess:
             try:
                 proc.wait(timeout=grace_s)
             except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    proc.wait(timeout=5)
+                pass
+        if proc is not None:  # a server that died leaves its engine workers behind, in its group
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=5)
         with contextlib.suppress(Exception):
             self._log.close()
-        if self.cleanup_dir is not None:
+        if remove_files and self.cleanup_dir is not None:
             shutil.rmtree(self.cleanup_dir, ignore_errors=True)
             self.cleanup_dir = None
         with contextlib.suppress(Exception):
@@ -331,7 +347,11 @@ class VLLMServerEngine:
         self.source: Any = None  # the trainer's module: load_weights(None, v) pushes its weights
         self.last_push: dict[str, float] = {}
         self._weights_root: Path | None = None
-        self._lock = threading.Lock()
+        self._served: Path | None = None  # the pushed checkpoint the server now serves (re-pushed after a restart)
+        self._lock = threading.RLock()
+        self.stats = {"restarts": 0}
+        self.max_restarts = 3
+        self.restart_timeout_s = 300.0
 
     @property
     def url(self) -> str:
@@ -352,10 +372,54 @@ class VLLMServerEngine:
             return []
         bodies = [self._body(p, params, None if seed is None else seed + i) for i, p in enumerate(prompts)]
         workers = max(1, min(self.max_concurrency, len(bodies)))
-        if workers == 1:
-            return [self._complete(b, params.n) for b in bodies]
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="vllm-req") as pool:
-            return list(pool.map(lambda b: self._complete(b, params.n), bodies))
+
+        def run() -> list[list[Sample]]:
+            if workers == 1:
+                return [self._complete(b, params.n) for b in bodies]
+            with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="vllm-req") as pool:
+                return list(pool.map(lambda b: self._complete(b, params.n), bodies))
+
+        return self._restarting(run)  # seeded requests: a resubmitted batch draws the same samples
+
+    # -- a server that dies ------------------------------------------------------------------------
+    def _server_down(self) -> bool:
+        """Whether the server honing started is gone: exited, or alive but no longer healthy
+        (an API process whose engine core died), in which case it is stopped here."""
+        if self.server is None:
+            return False
+        if not self.server.alive():
+            return True
+        end = time.monotonic() + 15.0
+        while time.monotonic() < end:  # vLLM's API server exits shortly after its engine core dies
+            if not self.server.alive():
+                return True
+            try:
+                if self.http.request("GET", "/health", timeout_s=2.0, retries=0, ok_statuses=(503,)).status_code == 200:
+                    return False
+            except VLLMServerError:
+                pass
+            time.sleep(0.5)
+        return True
+
+    def _restarting(self, fn: Any) -> Any:
+        """fn(); if it fails because the server honing started died, restart the server, re-push the
+        weights it served and run fn once more. A user-run server, or a second failure, is fatal."""
+        try:
+            return fn()
+        except VLLMServerError as e:
+            if self.stats["restarts"] >= self.max_restarts or not self._server_down():
+                raise
+            first = str(e)
+        assert self.server is not None
+        with self._lock:
+            code = self.server.proc.poll()
+            sys.stderr.write(f"honing: the vLLM server died ({'exit code ' + str(code) if code is not None else 'unhealthy'}"
+                             f": {_one_line(first, 160)}); restarting it with weights version {self.version}\n")
+            self.stats["restarts"] += 1
+            self.server.restart(self.http, self.restart_timeout_s)
+            if self._served is not None:
+                self._reload(self._served, self.version)
+        return fn()
 
     def load_weights(self, state: object, version: int) -> None:
         """Push new policy weights (a state dict, a module, or None for the set_model module) and
@@ -379,8 +443,9 @@ class VLLMServerEngine:
             except OSError as e:
                 raise VLLMServerError(f"cannot write the weights for version {version} to {out}: {e}") from None
             t1 = time.monotonic()
-            self._reload(out, version)
+            self._restarting(lambda: self._reload(out, version))
             t2 = time.monotonic()
+            self._served = out
             for old in root.iterdir():  # keep only the version the server now serves
                 if old != out:
                     shutil.rmtree(old, ignore_errors=True)
