@@ -7,6 +7,8 @@ these tests build a tiny Llama with heads of 32 (same tokenizer)."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -166,7 +168,6 @@ def test_unservable_model_is_one_error_line():
 def test_short_train_run_with_vllm(tmp_path):
     """`honing train --config smoke generation.backend=vllm train.steps=3` on SmolLM2 (tiny-random's
     heads are not servable on CPU): completes, with recomputed old log-probs, TIS and the mismatch logged."""
-    import json
 
     out = tmp_path / "run"
     cmd = [str(Path(sys.executable).parent / "honing"), "train", "--config", "smoke", "--out", str(out),
@@ -239,3 +240,68 @@ def test_killed_engine_core_is_restarted_with_the_pushed_weights(capfd):
         assert mismatch(initial, ps, eng.generate(ps, sp, seed=3))[0] < 0.02
     finally:
         eng.close()
+
+
+def state_adds_up(run_dir, steps, k):
+    """Nothing lost, nothing counted twice: every committed step trained on `groups x k` trajectories
+    of its own, every consumed batch's rows are indexed once, and the outcomes count those samples."""
+    import sqlite3
+
+    db = sqlite3.connect(run_dir / "state.sqlite")
+    q = lambda sql, *a: db.execute(sql, a).fetchall()  # noqa: E731
+    assert [r[0] for r in q("SELECT step FROM steps ORDER BY step")] == list(range(steps + 1))
+    for step, metrics in q("SELECT step, metrics FROM steps WHERE step > 0"):
+        groups = json.loads(metrics)["train/groups"]
+        used = q("SELECT COUNT(*) FROM trajectories WHERE step=? AND status='used'", step)[0][0]
+        assert used == groups * k, (step, used, groups)
+    for bid, rows in q("SELECT batch_id, rows FROM batches WHERE status='consumed'"):
+        assert q("SELECT COUNT(*) FROM trajectories WHERE batch_id=?", bid)[0][0] == rows, bid
+    dup = q("SELECT shard, row, COUNT(*) FROM trajectories GROUP BY shard, row HAVING COUNT(*) > 1")
+    assert not dup
+    counted = q("SELECT COUNT(*) FROM trajectories WHERE status IN ('used', 'dropped')")[0][0]
+    assert q("SELECT SUM(samples) FROM outcomes WHERE step > 0")[0][0] <= counted
+    db.close()
+
+
+def test_engine_core_killed_mid_training_run_restarts_and_the_run_completes(tmp_path):
+    """`honing train generation.backend=vllm`: SIGKILL the engine core after step 1 commits; the
+    engine restarts with the pushed weights, the batch in flight is resubmitted, the run completes and
+    state.sqlite adds up."""
+    import signal
+    import time
+
+    import psutil
+
+    out = tmp_path / "run"
+    steps, k = 4, 4
+    cmd = [str(Path(sys.executable).parent / "honing"), "train", "--config", "smoke", "--out", str(out),
+           "--no-progress", "generation.backend=vllm", f"train.steps={steps}", "model.name=smollm2-135m-instruct",
+           "sft.steps=0", "tasks.prompts_per_step=2", f"tasks.samples_per_prompt={k}", "train.micro_batch_size=8",
+           "eval.heldout_tasks=4", "eval.every_steps=0", "generation.max_new_tokens=16"]
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    killed = []
+    try:
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline and proc.poll() is None:  # wait for step 1's commit
+            if any('"step": 1' in m.read_text() for m in out.rglob("metrics.jsonl")):
+                break
+            time.sleep(0.2)
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        for p in psutil.Process(proc.pid).children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                if "EngineCore" in p.name() or "EngineCore" in " ".join(p.cmdline()):
+                    os.kill(p.pid, signal.SIGKILL)
+                    killed.append(p.pid)
+        assert killed, "no engine core process found under the training run"
+        _, err = proc.communicate(timeout=900)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err[-3000:]
+    assert sum("engine core died" in ln and "restarting" in ln for ln in err.splitlines()) == 1, err[-3000:]
+    run = next(m.parent for m in out.rglob("summary.json"))
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if "train/reward" in r] == list(range(1, steps + 1))
+    assert all(r["train/logprob_mismatch"] < 0.5 for r in rows if "train/reward" in r)  # the pushed weights serve
+    state_adds_up(run, steps, k)
