@@ -305,3 +305,33 @@ def test_engine_core_killed_mid_training_run_restarts_and_the_run_completes(tmp_
     assert [r["step"] for r in rows if "train/reward" in r] == list(range(1, steps + 1))
     assert all(r["train/logprob_mismatch"] < 0.5 for r in rows if "train/reward" in r)  # the pushed weights serve
     state_adds_up(run, steps, k)
+
+
+def _honing(*args, timeout=900):
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    return subprocess.run([str(Path(sys.executable).parent / "honing"), *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_honing_eval_with_the_vllm_engine(tmp_path):
+    """`honing eval --engine vllm` on the quick suite (arithmetic and sandboxed code tasks): a
+    complete result that names its engine."""
+    out = tmp_path / "eval.json"
+    r = _honing("eval", "--model", "smollm2-135m-instruct", "--suite", "quick", "--limit", "2", "--samples", "2",
+                "--engine", "vllm", "--out", str(out), "--no-progress")
+    assert r.returncode == 0, r.stderr[-3000:]
+    res = json.loads(out.read_text())
+    assert res["meta"]["engine"] == "vllm" and res["meta"]["n_tasks"] == 8
+    assert "code:functions" in {t["domain"] for t in res["tasks"]}
+    assert res["overall"]["infra_errors"] == 0 and res["overall"]["n_graded"] == 8
+
+
+def test_honing_rollout_multi_turn_with_the_vllm_engine():
+    """`honing rollout --task repair --engine vllm`: a real multi-turn episode (model turns, sandboxed
+    tools) whose next turn reuses the history's KV (prefix caching) rather than re-prefilling it."""
+    r = _honing("rollout", "--task", "repair", "--n", "1", "--max-turns", "3", "--max-new-tokens", "48",
+                "--engine", "vllm", "--json")
+    assert r.returncode == 0, r.stderr[-3000:]
+    (line,) = [ln for ln in r.stdout.splitlines() if ln.startswith("{")]
+    v = json.loads(line)
+    assert v["domain"] == "repair" and v["infra_error"] is False and v["turns"] >= 1 and v["tokens"] > 0

@@ -37,3 +37,15 @@ def make_engine(cfg: Any, model: Any, tok: Any, eos_ids: Sequence[int] | None = 
     from honing.errors import HoningError
 
     raise HoningError(f"unknown generation.backend {backend!r} (hf, vllm, vllm-server)")
+
+
+def describe_engine(engine: Any) -> str:
+    """A short name for the engine and the weights it decodes with: 'hf', 'hf bfloat16 copy', 'vllm'..."""
+    from honing.engine.hf import TransformersEngine
+
+    if isinstance(engine, TransformersEngine):
+        if engine.weights_dtype is not None:
+            return f"hf {str(engine.weights_dtype).removeprefix('torch.')} copy"
+        return "hf, bf16 autocast" if engine.bf16_autocast else f"hf {str(engine.model.dtype).removeprefix('torch.')}"
+    names = {"VLLMEngine": "vllm", "VLLMServerEngine": "vllm-server"}
+    return names.get(type(engine).__name__, type(engine).__name__)

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
+from honing.engine.factory import describe_engine
 from honing.errors import HoningError, ModelError
 from honing.eval.metrics import bootstrap_ci, maj_at_k, pass_at_k, pass_at_k_curve
 from honing.eval.suite import Suite, suite_tasks
@@ -275,6 +276,7 @@ def evaluate_suite(model: str, suite: Suite, samples: Optional[int] = None, seed
         "suite": suite.name, "suite_version": suite.version, "model": ref.label, "model_resolved": ref.spec,
         "model_kind": ref.kind, "seed": base_seed, "samples_per_task": n, "extractor": suite.extractor,
         "sampling": suite.sampling.model_dump(),
+        "engine": "endpoint" if ref.kind == "endpoint" else describe_engine(runner.engine),
         "max_new_tokens_by_source": {s.name: s.max_new_tokens for s in suite.sources if s.max_new_tokens},
         "n_tasks": len(done), "n_tasks_planned": len(tasks),
         "limit": limit, "incomplete": incomplete,

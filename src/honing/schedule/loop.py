@@ -24,6 +24,7 @@ import torch
 
 from honing.config import RunConfig, dump_config
 from honing.engine import SamplingParams, TransformersEngine, make_engine
+from honing.engine.factory import describe_engine
 from honing.eval import evaluate
 from honing.models import load_policy
 from honing.schedule.orchestrate import CostModel
@@ -110,6 +111,10 @@ def make_worker(cfg: RunConfig, engine: TransformersEngine, tok: Any, setup: Set
     from honing.schedule.workers import InProcessWorker, ProcessWorker
 
     mode = cfg.schedule.workers
+    if mode == "ray":  # rollout actors on a Ray cluster (the only place Ray is imported)
+        from honing.schedule.ray_workers import make_ray_pool
+
+        return make_ray_pool(cfg)
     if mode == "process" or (mode == "auto" and cfg.schedule.staleness > 0):
         return ProcessWorker("honing.schedule.rollout_side:build", cfg.model_dump(mode="json"),
                              threads=cfg.schedule.worker_threads or max(1, torch.get_num_threads() // 2))
@@ -399,15 +404,6 @@ def _train(cfg: RunConfig, run_dir: Path, show_progress: bool, resume: bool, fro
     state.close()
     atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=2))
     return summary
-
-
-def describe_engine(engine: Any) -> str:
-    """A short name for the weights an engine decodes with, e.g. 'hf bfloat16 copy', 'vllm'."""
-    if isinstance(engine, TransformersEngine):
-        if engine.weights_dtype is not None:
-            return f"hf {str(engine.weights_dtype).removeprefix('torch.')} copy"
-        return "hf, bf16 autocast" if engine.bf16_autocast else "hf"
-    return type(engine).__name__.removesuffix("Engine").lower() or "engine"
 
 
 def _observe_cost(cost: CostModel, batch: StepBatch) -> None:
