@@ -28,6 +28,8 @@ from honing.config import LoraConfig, TrainConfig
 from honing.engine.hf import autocast_ctx, bf16_supported
 from honing.rollout.types import Trajectory
 from honing.train.advantages import compute_advantages
+from honing.train.distributed import Sharded, all_gather_objects, all_reduce_floats, broadcast_object, \
+    full_optimizer_state, load_full_optimizer_state, max_int, pad_micro_batches
 from honing.train.logprobs import (
     completion_logprobs,
     shared_prompt_logprobs,
@@ -134,7 +136,7 @@ def _groups_of(trajs: Sequence[Trajectory]) -> int:
 
 class PolicyTrainer:
     def __init__(self, model: PreTrainedModel, pad_id: int, cfg: TrainConfig, lora: LoraConfig,
-                 bf16_autocast: bool, temperature: float, seed: int = 0) -> None:
+                 bf16_autocast: bool, temperature: float, seed: int = 0, distributed: bool = False) -> None:
         self.cfg = cfg
         self.pad_id = pad_id
         self.temperature = temperature
@@ -153,6 +155,13 @@ class PolicyTrainer:
                 self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kw)
         self.autocast = bf16_autocast and bf16_supported(self.model.device)
         self.share_prompt = cfg.share_prompt and shared_prompt_supported(self.model)
+        # Distributed mode (honing.train.distributed): the model becomes FSDP2 shards, every rank
+        # gets the whole batch and computes its slice of each mini-batch.
+        self.dist: Sharded | None = None
+        if distributed:
+            if self.lora:
+                raise ValueError("distributed training supports full fine-tuning only (no LoRA)")
+            self.dist = Sharded(self.model)
         params = [p for p in self.model.parameters() if p.requires_grad]
         self.opt = adamw(params, lr=cfg.learning_rate, betas=cfg.betas, weight_decay=cfg.weight_decay)
         warm = cfg.warmup_steps
@@ -178,6 +187,11 @@ class PolicyTrainer:
         return [list(seqs[i:i + cfg.micro_batch_size]) for i in range(0, len(seqs), cfg.micro_batch_size)]
 
     def _logprobs(self, model: PreTrainedModel, micro: Sequence[_Seq]) -> torch.Tensor:
+        if self.dist is not None and model is self.model:  # through the FSDP root (all-gathers)
+            return self.dist.forward(lambda m: self._logprobs_of(m, micro))
+        return self._logprobs_of(model, micro)
+
+    def _logprobs_of(self, model: PreTrainedModel, micro: Sequence[_Seq]) -> torch.Tensor:
         prompts, completions = [s.traj.prompt_ids for s in micro], [s.traj.completion_ids for s in micro]
         with autocast_ctx(self.autocast, self.model.device):
             if self.share_prompt:
@@ -189,6 +203,8 @@ class PolicyTrainer:
     @torch.no_grad()
     def _forward_only(self, seqs: Sequence[_Seq], old: bool, ref: bool) -> None:
         """Old log-probs (trainer, before any update) and reference log-probs, once per step."""
+        if self.dist is not None:
+            return self._forward_only_dist(seqs, old, ref)
         was_training = self.model.training
         self.model.eval()  # no dropout in the numbers the update is measured against
         try:
@@ -209,6 +225,44 @@ class PolicyTrainer:
                         s.ref = row[:n].clone()
         finally:
             self.model.train(was_training)
+
+    def _dummy(self) -> _Seq:
+        """A one-token sequence with no loss: keeps a rank's forward/backward count equal to the others'."""
+        t = Trajectory(task_id="", domain="", prompt_ids=(self.pad_id,), completion_ids=(self.pad_id,),
+                       logprobs=(0.0,), completion_text="", finish_reason="pad", policy_version=-1, loss_mask=(0,))
+        z = torch.zeros(1)
+        return _Seq(t, z, z, z, z if self.cfg.kl_coef > 0 else None)
+
+    @torch.no_grad()
+    def _forward_only_dist(self, seqs: Sequence[_Seq], old: bool, ref: bool) -> None:
+        """_forward_only with each rank computing its slice; the results are gathered to all ranks."""
+        assert self.dist is not None
+        idx = self.dist.mine(range(len(seqs)))
+        mine = [seqs[i] for i in idx]
+        micros = self._micro_batches(mine)
+        micros = pad_micro_batches(micros, max_int(len(micros)), self._dummy) if old else micros
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            for micro in micros:
+                lens = [len(s.traj.completion_ids) for s in micro]
+                lp_old = self._logprobs(self.model, micro).float().cpu() if old else None
+                real = micro[0].traj.finish_reason != "pad"
+                lp_ref = self._logprobs(self.ref, micro).float().cpu() if ref and real else None
+                for j, (s, n) in enumerate(zip(micro, lens)):
+                    if lp_old is not None:
+                        s.old = lp_old[j, :n].clone()
+                    if lp_ref is not None:
+                        s.ref = lp_ref[j, :n].clone()
+        finally:
+            self.model.train(was_training)
+        got = all_gather_objects({i: (seqs[i].old if old else None, seqs[i].ref if ref else None) for i in idx})
+        for part in got:
+            for i, (o, r) in part.items():
+                if old:
+                    seqs[i].old = o
+                if ref:
+                    seqs[i].ref = r
 
     # --- the step ----------------------------------------------------------------------------------
 
@@ -255,6 +309,10 @@ class PolicyTrainer:
                 if gn is not None:
                     sums["grad_norm"] += gn
                     n_updates += 1
+        if self.dist is not None:  # per-rank sums of the updates -> the whole batch's
+            keys = ["loss", "clip_frac", "kl", "tokens_seen", "mismatch_abs", "mismatch_tokens"]
+            sums.update(zip(keys, all_reduce_floats([sums[k] for k in keys])))
+            sums["mismatch_max"] = all_reduce_floats([sums["mismatch_max"]], "max")[0]
         with warnings.catch_warnings():  # an all-zero-advantage batch skips opt.step(); the schedule still advances
             warnings.simplefilter("ignore", UserWarning)
             lr = self.sched.get_last_lr()[0]
@@ -317,18 +375,26 @@ class PolicyTrainer:
             tokens += float(s.mask.sum())
         return {"tis_clip_frac": clipped / max(tokens, 1.0), "seq_masked_frac": masked / len(seqs)}
 
+    def _normalisers(self, mini: Sequence[_Seq]) -> tuple[float, float]:
+        """The loss tokens and sequences of the whole mini-batch (every rank sees all of it)."""
+        return float(sum(float(s.mask.sum()) for s in mini)), float(sum(1 for s in mini if s.mask.any()))
+
     def _update(self, mini: Sequence[_Seq], kl_loss: bool, norm_tokens: float, sums: dict[str, float],
                 first_pass: bool) -> float | None:
         """Accumulate the mini-batch's gradient over micro-batches and take one optimizer step.
         Returns the gradient norm, or None when nothing in the mini-batch carries a gradient."""
         cfg = self.cfg
-        n_tokens = float(sum(float(s.mask.sum()) for s in mini))
-        n_seqs = float(sum(1 for s in mini if s.mask.any()))
+        n_tokens, n_seqs = self._normalisers(mini)
         active = [s for s in mini if self._active(s, kl_loss)]
         if not active:
             return None
         dev = self.model.device
-        for micro in self._micro_batches(active):
+        if self.dist is None:
+            micros = self._micro_batches(active)
+        else:  # this rank's slice; the normalisers above are the whole mini-batch's
+            micros = self._micro_batches(self.dist.mine(active))
+            micros = pad_micro_batches(micros, max_int(len(micros)), self._dummy)
+        for micro in micros:
             logp = self._logprobs(self.model, micro).float()
             width = logp.shape[1]
             mask = padded([s.mask for s in micro], width, dev)
@@ -351,7 +417,8 @@ class PolicyTrainer:
                 sums["mismatch_max"] = max(sums["mismatch_max"], float(d.max()))
                 sums["mismatch_tokens"] += float(mask.sum())
         params = [p for p in self.model.parameters() if p.requires_grad]
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm))
+        total_norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)  # sharded: the global norm
+        grad_norm = float(total_norm.full_tensor() if hasattr(total_norm, "full_tensor") else total_norm)
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
         self.opt_steps += 1
@@ -365,12 +432,18 @@ class PolicyTrainer:
                "trainer": self.gen.get_state()}
         if torch.cuda.is_available():
             rng["cuda"] = torch.cuda.get_rng_state_all()
-        return {"optimizer": self.opt.state_dict(), "scheduler": self.sched.state_dict(), "step": self.step_count,
+        opt = self.opt.state_dict() if self.dist is None else full_optimizer_state(self.dist.root, self.opt)
+        return {"optimizer": opt, "scheduler": self.sched.state_dict(), "step": self.step_count,
                 "optimizer_steps": self.opt_steps, "rng_states": rng}
 
     def load_state(self, state: dict[str, Any]) -> None:
-        """Restore what `state()` returned (the model's weights are loaded separately)."""
-        self.opt.load_state_dict(state["optimizer"])
+        """Restore what `state()` returned (the model's weights are loaded separately). Distributed:
+        rank 0's `state` goes to every rank (the others pass None)."""
+        if self.dist is not None:
+            load_full_optimizer_state(self.dist.root, self.opt, state["optimizer"] if state else {})
+            state = broadcast_object({k: v for k, v in state.items() if k != "optimizer"} if state else None)
+        else:
+            self.opt.load_state_dict(state["optimizer"])
         self.sched.load_state_dict(state["scheduler"])
         self.step_count = int(state["step"])
         self.opt_steps = int(state.get("optimizer_steps", 0))
