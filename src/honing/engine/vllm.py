@@ -37,6 +37,7 @@ from typing import Any, Sequence
 
 import torch
 
+from honing.engine.scratch import private_dir
 from honing.engine.types import Sample, SamplingParams
 from honing.errors import HoningError
 
@@ -135,8 +136,7 @@ class VLLMEngine:
 
         self.dtype = dtype or ("bfloat16" if (not self.cpu or bf16_supported("cpu")) else "float32")
         self.torch_dtype = getattr(torch, self.dtype)
-        shm = Path("/dev/shm")
-        self.dir = Path(tempfile.mkdtemp(prefix="honing-vllm-", dir=shm if shm.is_dir() else None))
+        self.dir = private_dir("honing-vllm-")  # /dev/shm; a killed run's copies are swept by the next
         self.model_dir = self.dir / "model"
         self.reloads = 0
         # prompt tokens asked for and those served from the prefix cache (prefill = the difference)

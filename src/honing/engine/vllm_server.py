@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from honing.engine.openai import MAX_BACKOFF_S, RETRY_STATUSES
+from honing.engine.scratch import private_dir
 from honing.engine.types import Sample, SamplingParams
 from honing.errors import HoningError
 
@@ -113,11 +114,6 @@ def find_vllm_python() -> str:
                           "to a running server")
 
 
-def _weights_dir_root() -> Path:
-    shm = Path("/dev/shm")
-    if shm.is_dir() and os.access(shm, os.W_OK):
-        return shm
-    return Path(tempfile.gettempdir())
 
 
 def state_dict_of(state: Any) -> dict[str, Any]:
@@ -434,7 +430,7 @@ class VLLMServerEngine:
         with self._lock:
             t0 = time.monotonic()
             if self._weights_root is None:
-                self._weights_root = Path(tempfile.mkdtemp(prefix="honing-vllm-weights-", dir=_weights_dir_root()))
+                self._weights_root = private_dir("honing-vllm-weights-")
                 atexit.register(self.close)  # a /dev/shm checkpoint must not outlive the run
             root = self._weights_root
             out = root / f"v{version}"
@@ -587,7 +583,7 @@ def probe_server(http: _Http, need_reload: bool) -> tuple[str, str, bool]:
 
 def _export_model(model: Any, tok: Any) -> Path:
     """Save an in-memory model (and its tokenizer) as a Hugging Face directory the server can load."""
-    out = Path(tempfile.mkdtemp(prefix="honing-vllm-model-"))
+    out = private_dir("honing-vllm-model-", Path(tempfile.gettempdir()))
     try:
         model.save_pretrained(out, safe_serialization=True)
         if tok is not None:
