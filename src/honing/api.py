@@ -198,7 +198,7 @@ def train(config: str | Path | RunConfig | Mapping[str, Any] | None = None, over
 
     cfg, stem = _config(config, overrides)
     portable = _apply(cfg, reward_funcs, reward_weights, tasks)
-    if not portable and (cfg.schedule.staleness > 0 or cfg.schedule.workers == "process") \
+    if not portable and (cfg.schedule.staleness > 0 or cfg.schedule.workers in ("process", "ray")) \
             and cfg.schedule.workers != "inprocess":
         raise ConfigError("rollouts in a worker process need tasks and reward functions importable by name "
                           "('module:function', not a lambda or a function defined in __main__); "

@@ -439,6 +439,19 @@ def eval_contamination(
     raise typer.Exit(contamination_main(train_src, suite, params, n, ngram, threshold, as_json))
 
 
+@app.command("workers")
+def workers_cmd(
+    run_dir: Path = typer.Argument(..., help="Run directory of a run with schedule.workers=ray"),
+    rollout: int = typer.Option(..., "--rollout", help="How many rollout actors the run should have"),
+) -> None:
+    """Resize a run's Ray rollout pool while it trains: writes RUN_DIR/workers.json, which the run reads
+    about once a second. New actors get work from the next request; removed ones finish their current
+    request first. Events go to RUN_DIR/workers.log; a resumed run starts with the size asked here."""
+    from honing.schedule.pool import request_size
+
+    typer.echo(f"asked {run_dir} for {rollout} rollout worker(s): {request_size(run_dir, rollout)}")
+
+
 @app.command("report")
 def report_cmd(
     target: Path = typer.Argument(..., help="A run directory or an evaluation JSON"),

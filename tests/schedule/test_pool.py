@@ -267,3 +267,17 @@ def test_a_killed_process_worker_slot_loses_nothing() -> None:
         assert res["payload"] == {"i": 0, "sleep": 1.5} and res["seed"] == 7 and res["checksum"] == 1.0
         assert pool.stats["died"] == 1 and pool.stats["resubmitted"] == 1 and pool.size() == 1
         assert "died" in next(e["why"] for e in pool.events if e["event"] == "died")
+
+
+def test_workers_request_file_is_checked(tmp_path: Path) -> None:
+    from honing.schedule.pool import request_size
+
+    with pytest.raises(HoningError, match="no config.yaml"):
+        request_size(tmp_path, 2)
+    (tmp_path / "config.yaml").write_text("schedule:\n  workers: process\n")
+    with pytest.raises(HoningError, match="only schedule.workers=ray"):
+        request_size(tmp_path, 2)
+    (tmp_path / "config.yaml").write_text("schedule:\n  workers: ray\n")
+    with pytest.raises(HoningError, match="at least 1"):
+        request_size(tmp_path, 0)
+    assert json.loads(request_size(tmp_path, 5).read_text())["rollout"] == 5

@@ -76,6 +76,8 @@ class Pipeline:
         self.dir = run_dir / "trajectories"
         self.dir.mkdir(parents=True, exist_ok=True)
         self.weights = weights
+        if hasattr(worker, "attach"):  # a worker pool follows its run directory (workers.json, workers.log)
+            worker.attach(run_dir)
         self.s = cfg.schedule.staleness
         self.n = cfg.tasks.prompts_per_step
         self.next_id = 1

@@ -51,7 +51,7 @@ from typing import Any, Callable, Protocol, Sequence
 from honing.errors import HoningError
 from honing.schedule.workers import WorkerTimeout
 
-__all__ = ["ProcessSlot", "RolloutSplit", "Slot", "SlotDied", "WorkerPool", "clone_state"]
+__all__ = ["ProcessSlot", "RolloutSplit", "Slot", "SlotDied", "WorkerPool", "clone_state", "request_size"]
 
 CONTROL_FILE = "workers.json"
 LOG_FILE = "workers.log"
@@ -101,6 +101,28 @@ class ProcessSlot:
 
     def close(self) -> None:
         self.worker.close()
+
+
+def request_size(run_dir: Path, rollout: int) -> Path:
+    """`honing workers RUN_DIR --rollout N`: ask the run's pool for `rollout` workers (atomically
+    written `workers.json`; the pool checks it about once a second, a resumed run starts with it)."""
+    import yaml
+
+    from honing.schedule.runlog import atomic_write_text
+
+    run_dir = Path(run_dir)
+    cfg_path = run_dir / "config.yaml"
+    if not cfg_path.is_file():
+        raise HoningError(f"{run_dir}: no config.yaml there (is it a run directory?)")
+    if rollout < 1:
+        raise HoningError(f"--rollout {rollout}: a run needs at least 1 rollout worker")
+    mode = ((yaml.safe_load(cfg_path.read_text()) or {}).get("schedule") or {}).get("workers", "auto")
+    if mode != "ray":
+        raise HoningError(f"{run_dir} runs its rollouts with schedule.workers={mode}; only schedule.workers=ray "
+                          "pools can be resized")
+    path = run_dir / CONTROL_FILE
+    atomic_write_text(path, json.dumps({"rollout": rollout, "requested_at": time.time()}) + "\n")
+    return path
 
 
 # ----------------------------------------------------------------------------------------------
@@ -214,6 +236,7 @@ class WorkerPool:
         self._control_checked = 0.0
         self.events: list[dict] = []
         self.stats: dict[str, int] = defaultdict(int)
+        self.served_by: dict[int, int] = defaultdict(int)  # requests finished per slot id (retired ones too)
         for s in slots:
             self._add(s)
         self.target = len(self._slots)
@@ -275,6 +298,8 @@ class WorkerPool:
             if self._closed:
                 return
             self._closed = True
+            self._event("close", None, served=dict(self.served_by), **{k: v for k, v in self.stats.items()
+                                                                        if k in ("resubmitted", "duplicates_dropped")})
             slots = list(self._slots.values())
             self._slots.clear()
             self._cond.notify_all()
@@ -340,14 +365,16 @@ class WorkerPool:
             return [s.slot for s in self._slots.values()]
 
     def served(self) -> dict[int, int]:
-        """Requests finished per slot id (live slots)."""
+        """Requests finished per slot id (every slot the pool has had)."""
         with self._cond:
-            return {s.sid: s.served for s in self._slots.values()}
+            return dict(self.served_by)
 
     def attach(self, run_dir: Path) -> None:
         """Follow `run_dir/workers.json` and log events to `run_dir/workers.log` (see the module docstring).
         An existing request file sets the size now (a resumed run keeps the size it was given)."""
-        self._run_dir = Path(run_dir)
+        with self._cond:
+            self._run_dir = Path(run_dir)
+            self._write_log(self.events)  # what happened before (the starting slots)
         self._check_control(force=True)
 
     # --- internals (the pump thread; `_cond` held unless said otherwise) --------------------------
@@ -372,10 +399,13 @@ class WorkerPool:
         self.stats[kind] += 1
         if self._log_fn is not None:
             self._log_fn(e)
-        if self._run_dir is not None:
+        self._write_log([e])
+
+    def _write_log(self, events: list[dict]) -> None:
+        if self._run_dir is not None and events:
             try:
                 with open(self._run_dir / LOG_FILE, "a") as f:
-                    f.write(json.dumps(e) + "\n")
+                    f.write("".join(json.dumps(e) + "\n" for e in events))
             except OSError:
                 pass
 
@@ -425,6 +455,7 @@ class WorkerPool:
             self._fail(r.batch_id, traceback.format_exc())
             return
         s.busy, s.last_used, s.served = None, now, s.served + 1
+        self.served_by[s.sid] += 1
         self._running.pop(r.rid, None)
         b = self._batches.get(r.batch_id)
         if b is None or b.results[r.part] is not None:
