@@ -165,15 +165,18 @@ def test_unservable_model_is_one_error_line():
         VLLMEngine(model, tok, [tok.eos_token_id])
 
 
-def test_short_train_run_with_vllm(tmp_path):
-    """`honing train --config smoke generation.backend=vllm train.steps=3` on SmolLM2 (tiny-random's
-    heads are not servable on CPU): completes, with recomputed old log-probs, TIS and the mismatch logged."""
+def test_short_train_run_with_vllm_in_a_stale_rollout_worker(tmp_path):
+    """`honing train --config smoke generation.backend=vllm schedule.staleness=1 train.steps=3` on
+    SmolLM2 (tiny-random's heads are not servable on CPU): the vLLM engine lives in the rollout worker
+    process, which gets each version's weights; the run completes with recomputed old log-probs, TIS
+    and the mismatch logged (the in-process, staleness-0 path: the engine-kill test below)."""
 
     out = tmp_path / "run"
     cmd = [str(Path(sys.executable).parent / "honing"), "train", "--config", "smoke", "--out", str(out),
            "--no-progress", "generation.backend=vllm", "train.steps=3", "model.name=smollm2-135m-instruct",
            "sft.steps=0", "tasks.prompts_per_step=2", "tasks.samples_per_prompt=4", "train.micro_batch_size=8",
-           "eval.heldout_tasks=8", "eval.every_steps=0", "generation.max_new_tokens=8"]
+           "eval.heldout_tasks=8", "eval.every_steps=0", "generation.max_new_tokens=8", "schedule.staleness=1",
+           "train.learning_rate=1e-5"]  # the mismatch then is the engine's, not a big step's policy lag
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
     r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -183,6 +186,7 @@ def test_short_train_run_with_vllm(tmp_path):
     assert len(steps) == 3
     assert all("train/logprob_mismatch" in r for r in steps)
     assert all(r["train/logprob_mismatch"] < 0.5 for r in steps)
+    assert max(r["staleness/max"] for r in steps) == 1.0  # generated one version behind, as asked
 
 
 def engine_core_procs():
