@@ -46,6 +46,8 @@ class ModelConfig(_Node):
     """Use bf16 autocast for generation and training where the CPU/GPU supports bf16 (AMX, AVX512-BF16, CUDA)."""
     lora: LoraConfig = LoraConfig()
     """LoRA settings (off by default: full fine-tuning)."""
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    """Where the trainer's policy lives: 'auto' is the GPU when torch sees one, else the CPU."""
 
 
 class SourceConfig(_Node):

@@ -66,3 +66,16 @@ def test_unknown_eval_weights_is_a_clear_error() -> None:
 
     with pytest.raises(HoningError, match="eval.weights"):
         load_config("smoke", ["eval.weights=fp8"])
+
+
+def test_model_device_cuda_without_a_gpu_is_a_config_error(tmp_path) -> None:
+    import torch
+
+    from honing.errors import ConfigError
+    from honing.schedule.loop import policy_device
+
+    assert policy_device("cpu") == torch.device("cpu")
+    assert policy_device("auto") == torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(ConfigError, match="model.device=cuda"):
+            policy_device("cuda")
