@@ -43,7 +43,7 @@ import json
 import threading
 import time
 import traceback
-from collections import defaultdict
+from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
@@ -196,7 +196,7 @@ class _Batch:
     error: str | None = None
 
 
-@dataclass
+@dataclass(eq=False)
 class _SlotState:
     sid: int
     slot: Any
@@ -223,7 +223,7 @@ class WorkerPool:
         self._slots: dict[int, _SlotState] = {}
         self._next_sid = 0
         self._next_rid = 0
-        self._queue: list[_Req] = []
+        self._queue: deque[_Req] = deque()
         self._running: dict[int, _Req] = {}          # rid -> request (the live attempt only)
         self._batches: dict[int, _Batch] = {}        # submitted, not yet collected
         self._order: list[int] = []
@@ -259,7 +259,7 @@ class WorkerPool:
             self._batches[batch_id] = _Batch(version, [p for p, _ in parts], [None] * len(parts),
                                              [{} for _ in parts], len(parts))
             self._order.append(batch_id)
-            self._queue += [_Req(batch_id, i, p, s, version) for i, (p, s) in enumerate(parts)]
+            self._queue.extend(_Req(batch_id, i, p, s, version) for i, (p, s) in enumerate(parts))
             self._cond.notify_all()
 
     def collect(self, batch_id: int, timeout_s: float | None = None) -> tuple[Any, dict[str, float]]:
@@ -418,13 +418,13 @@ class WorkerPool:
             self._fail(r.batch_id, f"its request was lost on {r.attempts} workers in a row (last: {why})")
             return
         self.stats["resubmitted"] += 1
-        self._queue.insert(0, r)
+        self._queue.appendleft(r)
 
     def _fail(self, batch_id: int, msg: str) -> None:
         b = self._batches.get(batch_id)
         if b is not None and b.error is None:
             b.error = msg
-            self._queue = [r for r in self._queue if r.batch_id != batch_id]
+            self._queue = deque(r for r in self._queue if r.batch_id != batch_id)
 
     def _close_slot(self, s: _SlotState) -> None:
         """Outside `_cond`: closing a process or actor can take seconds."""
@@ -471,17 +471,34 @@ class WorkerPool:
         s.draining = True  # retired (closed) by the pump; a replacement keeps the pool at `target`
 
     def _dispatch(self, now: float) -> None:
-        idle = [s for s in self._live() if s.busy is None]
-        while self._queue and idle:
+        """Waiting requests, oldest first, to idle slots: one that holds the request's version if any
+        (no weight push), else the least recently used (so a new slot gets work at once)."""
+        idle = deque(sorted((s for s in self._live() if s.busy is None), key=lambda s: (s.last_used, s.sid)))
+        by_version: dict[int | None, deque[_SlotState]] = defaultdict(deque)
+        for s in idle:
+            by_version[s.version].append(s)
+        taken: set[int] = set()
+
+        def first(d: deque[_SlotState]) -> _SlotState | None:
+            while d and d[0].sid in taken:
+                d.popleft()
+            return d.popleft() if d else None
+
+        while self._queue:
             r = self._queue[0]
-            s = min(idle, key=lambda s: (s.version != r.version, s.last_used, s.sid))
+            s = first(by_version[r.version]) or first(idle)
+            if s is None:
+                break
+            taken.add(s.sid)
             weights = None
             if s.version != r.version:
                 weights = self._weights.get(r.version)
                 if weights is None:
                     self._fail(r.batch_id, f"no weights of policy version {r.version} to send to a new worker")
+                    taken.discard(s.sid)
+                    idle.appendleft(s)
                     continue
-            self._queue.pop(0)
+            self._queue.popleft()
             r.rid, self._next_rid = self._next_rid, self._next_rid + 1
             r.attempts += 1
             r.started = now
@@ -497,7 +514,6 @@ class WorkerPool:
                 s.busy = None
                 self._running.pop(r.rid, None)
                 self._fail(r.batch_id, traceback.format_exc())
-            idle.remove(s)
 
     def _drop_unused_weights(self) -> None:
         need = {r.version for r in self._queue} | {r.version for r in self._running.values()}
