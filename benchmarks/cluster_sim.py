@@ -18,7 +18,8 @@ Latency of one request (simulated seconds), drawn per request; sources in ../sha
   (measured: two bwrap boxes at once in an actor);
 - both x lognormal(0, 0.25) machine noise (assumption); plus a Ray actor round trip
   ~ lognormal(median 0.71 ms, p99 2.75 ms) (measured).
-Columns: traj/s = trajectories trained per simulated second; linear = N x the 1-worker figure; util =
+Columns: traj/s = trajectories trained per simulated second; linear = N workers each busy all the time
+(N x trajectories per request / the mean drawn request latency); util =
 the workers' busy fraction; wait% = the driver's time blocked on collect; driver s/step = real seconds
 per step the driver spends on its own work (sampling, SQLite, Parquet); queue = requests waiting for a
 worker (mean/max, sampled every 10 ms); running = requests on workers (mean); staleness = trained
@@ -27,7 +28,8 @@ dup = late duplicates dropped; counts = state.sqlite's trajectory counts against
 samples, every batch indexed exactly once.
 The clock is scaled: a simulated second lasts 1/SCALE real seconds. Throughput is measured in real
 seconds and converted back (x SCALE), so the driver's own cost (Python, SQLite, Parquet) counts
-SCALE times more than it would at full speed: the ratios are a lower bound for the pool itself.
+SCALE times more than it would at full speed: the ratios are a lower bound for the pool itself. The
+last row repeats 512 workers with the clock unscaled (x1) to show the driver's cost in proportion.
 
 Rewards are a pure function of (task, request seed), so which worker ran what cannot change a result.
 """
@@ -56,7 +58,7 @@ from honing.schedule.workers import WorkerTimeout
 from honing.verify.types import Verdict
 
 SCALE = 4.0                      # simulated seconds per real second
-TASKS_PER_REQUEST, SAMPLES, STALENESS = 2, 4, 1
+TASKS_PER_REQUEST, SAMPLES, STALENESS, STEPS = 2, 4, 1, 12
 TOK_S = 275.0                    # measured: vLLM CPU, SmolLM2-135M bf16
 LEN_MEDIAN, LEN_SIGMA, LEN_MAX = 40.0, 0.5, 64
 BOX_S, BOXES = 0.052, 2          # measured: bwrap + cold python3; two boxes at once per actor
@@ -190,16 +192,26 @@ def simulate(n: int, steps: int, kill_frac: float = 0.0, kill_at: int = 3) -> di
 
 
 def main() -> None:
-    runs = [simulate(1, 24), simulate(8, 8), simulate(64, 6), simulate(512, 4)]  # 1 worker: the linear baseline
-    base = runs[0]["tput"]
-    fail = simulate(64, 6, kill_frac=0.10, kill_at=3)
+    # the same number of steps everywhere: filling and draining the pipeline costs the same share
+    runs = [simulate(n, STEPS) for n in (1, 8, 64, 512)]
+    # linear: N workers, each busy all the time with requests of the mean drawn latency (100k draws)
+    rng = random.Random(0)
+    mean_lat = statistics.fmean(request_latency(rng, TASKS_PER_REQUEST * SAMPLES) for _ in range(100_000))
+    base = TASKS_PER_REQUEST * SAMPLES / mean_lat
+    fail = simulate(64, STEPS, kill_frac=0.10, kill_at=STEPS // 2)
+    global SCALE
+    fast, SCALE = SCALE, 1.0
+    full = simulate(512, STEPS)  # the same at full speed: the driver's cost in its true proportion
+    SCALE = fast
     print(f"cluster simulation: clock x{SCALE:g}; per worker and step {TASKS_PER_REQUEST} tasks x {SAMPLES} samples; "
-          f"staleness {STALENESS}; trainer time 0 (rollout side only)")
+          f"staleness {STALENESS}; trainer time 0 (rollout side only); mean request latency {mean_lat:.3f} s "
+          f"-> linear = N x {base:.2f} traj/s")
     head = (f"{'workers':>7} {'steps':>5} {'trajs':>6} {'traj/s':>8} {'linear':>8} {'ratio':>6} {'util':>5} "
             f"{'wait%':>5} {'driver s/step':>13} {'queue mean/max':>14} {'running':>7}  {'staleness hist (trajs)':<24} {'killed':>6} "
             f"{'resub':>5} {'dup':>3} counts")
     print(head)
-    for r, label in [(r, "") for r in runs] + [(fail, "  <- 10% killed at step 3")]:
+    for r, label in [(r, "") for r in runs] + [(fail, f"  <- 10% killed at step {STEPS // 2}"),
+                                                (full, "  <- clock x1 (unscaled)")]:
         lin = base * r["workers"]
         print(f"{r['workers']:>7} {r['steps']:>5} {r['trajs']:>6} {r['tput']:>8.1f} {lin:>8.1f} {r['tput'] / lin:>6.2f} "
               f"{r['util']:>5.2f} {100 * r['wait_frac']:>5.0f} {r['driver_s']:>13.3f} {r['queue_mean']:>8.1f}/{r['queue_max']:<5} "
@@ -209,7 +221,8 @@ def main() -> None:
     for n in (8, 64, 512):
         print(f"RATIO throughput_{n}_vs_linear={by[n]['tput'] / (base * n):.3f}")
     print(f"RATIO throughput_64_10pct_killed_vs_64={fail['tput'] / by[64]['tput']:.3f}")
-    if not all(r["counts_ok"] for r in runs + [fail]) or fail["resubmitted"] != fail["killed"]:
+    print(f"RATIO throughput_512_clock_x1_vs_linear={full['tput'] / (base * 512):.3f}")
+    if not all(r["counts_ok"] for r in runs + [fail, full]) or fail["resubmitted"] != fail["killed"]:
         print("cluster_sim: trajectory counts do not add up", file=sys.stderr)
         sys.exit(1)
 
