@@ -31,10 +31,21 @@ def train(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars and no per-step lines"),
     resume: Optional[Path] = typer.Option(None, "--resume", help="Continue the run in this directory where it stopped"),
     from_step: Optional[int] = typer.Option(None, "--from-step", help="With --resume: go back to this checkpoint step"),
+    nproc: Optional[int] = typer.Option(None, "--nproc", help="Train data-parallel on N ranks of this machine (FSDP2 "
+                                        "over torch.distributed, torchrun underneath; rank 0 runs the rest)"),
 ) -> None:
     """Train a policy with GRPO on verifiable tasks (default recipe: configs/quickstart.yaml)."""
     from honing.config import help_config as help_lines, load_config
 
+    if nproc is not None or os.environ.get(NPROC_DIR_ENV):  # `--nproc N`, or one of its ranks
+        from honing.train import distributed as dp
+
+        if dp.join_as_rank():  # a follower rank: it only trains, on rank 0's word
+            dp.follow()
+            dp.teardown()
+            return
+        if nproc is not None:
+            dp.check_nproc(nproc, dp.available_cores())  # before anything starts
     if help_config:
         typer.echo("\n".join(help_lines()))
         return
@@ -47,8 +58,11 @@ def train(
     elif from_step is not None:
         raise HoningError("--from-step needs --resume <run directory>")
     cfg, path = load_config(config, overrides or [])
+    if nproc is not None and nproc > 1:
+        raise typer.Exit(dp.run_ranks(nproc, sys.argv[1:]))
     from honing import api
-    from honing.schedule.loop import default_run_dir
+    from honing.schedule.loop import StoppedEarly, default_run_dir
+    from honing.train.distributed import releasing_followers
 
     run_dir = resume or out or default_run_dir(cfg, path.stem)
     bars = not (no_progress or quiet) and sys.stderr.isatty() or _force_progress()
@@ -58,8 +72,9 @@ def train(
         typer.echo(f"honing train: {verb} {path}, model {cfg.model.name}, run directory {run_dir}", err=True)
 
     # the CLI is the Python API's `honing.train` with a recipe, plus the table below
-    summary = api.train(cfg, out=run_dir, show_progress=bars, resume=resume is not None, from_step=from_step,
-                        plain_progress=not bars and not quiet, on_start=announce)  # nohup, CI: a line per step
+    with releasing_followers(clean_stops=(StoppedEarly,)):  # --nproc N (rank 0); nothing in one process
+        summary = api.train(cfg, out=run_dir, show_progress=bars, resume=resume is not None, from_step=from_step,
+                            plain_progress=not bars and not quiet, on_start=announce)  # nohup, CI: a line per step
     b, a = summary["heldout_before"], summary["heldout_after"]
     lines = [
         "",
@@ -464,7 +479,26 @@ def report_cmd(
     typer.echo(str(write_report(target, out, evals or [])))
 
 
+NPROC_DIR_ENV = "HONING_NPROC_DIR"  # set for the ranks of `honing train --nproc N` (distributed.CHILD_ENV)
+
+
 def main() -> None:
+    try:
+        _main()
+    except SystemExit as e:
+        _note_rank_exit(e.code)
+        raise
+    _note_rank_exit(0)
+
+
+def _note_rank_exit(code: object) -> None:
+    if os.environ.get(NPROC_DIR_ENV):  # a rank of `--nproc N`: rank 0's code goes to the launcher
+        from honing.train.distributed import exit_rank
+
+        exit_rank(code)
+
+
+def _main() -> None:
     try:
         app()
     except HoningError as e:

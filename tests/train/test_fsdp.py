@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -50,8 +51,27 @@ def test_nproc_checks_and_launch_command() -> None:
     argv = ["train", "--nproc", "2", "--out", "x", "--nproc=3", "a=1"]
     assert strip_nproc(argv) == ["train", "--out", "x", "a=1"]
     cmd = launch_command(2, ["train", "--out", "x"], "py")
-    assert cmd[:3] == ["py", "-m", "torch.distributed.run"] and "--nproc_per_node=2" in cmd
+    assert cmd[:2] == ["py", "-c"] and "torch.distributed.run" in cmd[2] and "--nproc_per_node=2" in cmd
     assert cmd[-4:] == ["honing.cli", "train", "--out", "x"]
+
+
+def test_optimizer_state_by_name_and_back_round_trips(tiny) -> None:  # noqa: ANN001
+    from honing.train.distributed import PREFIX, optimizer_state_by_index, optimizer_state_by_name
+
+    model, tok = tiny
+    t = make_trainer(build_tiny_random(seed=0)[0], tok)
+    t.step(sampled_trajectories(model, tok))
+    osd = t.opt.state_dict()
+    names = [PREFIX + n for n, p in t.model.named_parameters() if p.requires_grad]
+    by_name = optimizer_state_by_name(osd, names)
+    assert set(by_name["state"]) == set(names) and by_name["param_groups"][0]["params"] == names
+    assert torch.equal(by_name["state"][names[3]]["exp_avg"], osd["state"][3]["exp_avg"])
+    back = optimizer_state_by_index(by_name, names)
+    assert back["param_groups"] == osd["param_groups"] and back["state"].keys() == osd["state"].keys()
+    assert optimizer_state_by_name(by_name, names) is by_name and optimizer_state_by_index(osd, names) is osd
+    fresh = make_trainer(build_tiny_random(seed=0)[0], tok)  # a name-keyed state loads in one process
+    fresh.load_state({**t.state(), "optimizer": by_name})
+    assert torch.equal(fresh.opt.state_dict()["state"][3]["exp_avg"], osd["state"][3]["exp_avg"])
 
 
 # --- (a) 2 ranks x half batch == 1 rank x full batch ----------------------------------------------
@@ -126,3 +146,115 @@ def test_two_ranks_half_batch_equal_one_rank_full_batch(two_rank_results, name: 
         wrong = two_rank_results["ppo_wrong_norm"]
         assert _maxdiff(w1, wrong["weights"]) > 100 * tol
         assert wrong["metrics"]["grad_norm"] != pytest.approx(m1["grad_norm"], rel=1e-2)
+
+
+# --- (b) honing train --nproc 2: kill -9 after a checkpoint, resume == uninterrupted -----------------
+
+SHORT = ["--config", "configs/smoke.yaml", "train.steps=4", "sft.steps=0", "tasks.prompts_per_step=4",
+         "eval.heldout_tasks=8", "checkpoint.every_steps=2", "run.deterministic=true"]
+ROOT = HERE.parents[1]
+
+
+def _honing(*args: str) -> list[str]:
+    return [sys.executable, "-m", "honing.cli", "train", "--no-progress", *args]
+
+
+def _procs_mentioning(text: str) -> list[int]:
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit() and int(d.name) != os.getpid():
+            try:
+                if text in (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"):
+                    out.append(int(d.name))
+            except OSError:
+                pass
+    return out
+
+
+def _kill_at(args: list[str], phase: str, run: Path) -> list[str]:
+    """Start `honing train`, SIGKILL the launcher when rank 0 enters `phase`; return the phases seen.
+    The launcher's death must take torchrun and every rank with it."""
+    import signal
+    import time
+
+    p = subprocess.Popen(_honing(*args), cwd=ROOT, env={**_env(), "HONING_TRACE_PHASES": "1"},
+                         stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    seen = []
+    assert p.stderr is not None
+    for line in p.stderr:
+        if line.startswith("honing-phase "):
+            seen.append(line.split(None, 1)[1].strip())
+            if seen[-1] == phase:
+                p.send_signal(signal.SIGKILL)
+                break
+    p.wait(timeout=60)
+    deadline = time.time() + 30
+    while _procs_mentioning(str(run)) and time.time() < deadline:
+        time.sleep(0.2)
+    assert not _procs_mentioning(str(run)), "ranks outlived the killed launcher"
+    return seen
+
+
+def _resume_in_one_process(run: Path) -> None:
+    from honing.config import load_config
+    from honing.schedule.loop import train
+
+    cfg, _ = load_config(str(run / "config.yaml"), [])
+    was = torch.are_deterministic_algorithms_enabled()
+    try:
+        assert train(cfg, run, show_progress=False, resume=True)["resumed_from_step"] == 2
+    finally:
+        torch.use_deterministic_algorithms(was)
+
+
+@pytest.mark.timeout(600)
+def test_nproc2_killed_after_checkpoint_and_resumed_equals_uninterrupted(tmp_path: Path) -> None:
+    ref, run = tmp_path / "ref", tmp_path / "run"
+    p = subprocess.run(_honing("--nproc", "2", *SHORT, "--out", str(ref)), cwd=ROOT, env=_env(),
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    seen = _kill_at(["--nproc", "2", *SHORT, "--out", str(run)], "rollout 3", run)
+    assert "checkpoint 2" in seen and "commit 2" in seen and "commit 3" not in seen, seen
+    assert not (run / "checkpoints" / "final").exists()
+    one = tmp_path / "one"  # the same killed run, resumed in one process (state.sqlite names run's step-2)
+    shutil.copytree(run, one)
+    _resume_in_one_process(one)
+    p = subprocess.run(_honing("--nproc", "2", "--resume", str(run)), cwd=ROOT, env=_env(), capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["resumed_from_step"] == 2
+    a = (ref / "checkpoints" / "final" / "model.safetensors").read_bytes()
+    b = (run / "checkpoints" / "final" / "model.safetensors").read_bytes()
+    assert a == b, "final weights differ after kill/resume with 2 ranks"
+    # The killed run resumed in one process instead (another N) ends equal up to float rounding.
+    from safetensors.torch import load_file
+
+    wa, w1 = (load_file(d / "checkpoints" / "final" / "model.safetensors") for d in (ref, one))
+    d_one, d_moved = _maxdiff(wa, w1), _maxdiff(wa, load_file(ref / "checkpoints" / "step-2" / "model.safetensors"))
+    print(f"killed 2-rank run resumed in one process vs 2 ranks: {d_one:.2e} (steps 3-4 moved {d_moved:.2e})")
+    assert d_one < 1e-2 * d_moved
+    step2 = (ref / "checkpoints" / "step-2" / "model.safetensors").read_bytes()
+    assert step2 != a  # steps 3-4 changed the weights (the resume did train)
+    # The optimizer state in the checkpoint is the full (unsharded) one, keyed by parameter name.
+    st = torch.load(run / "checkpoints" / "final" / "trainer_state.pt", weights_only=False)
+    exp_avg = {k: v["exp_avg"] for k, v in st["optimizer"]["state"].items()}
+    shapes = {k.removeprefix("policy."): tuple(v.shape) for k, v in exp_avg.items()}
+    model_shapes = {k: tuple(v.shape) for k, v in build_tiny_random(seed=0)[0].named_parameters()}
+    assert shapes == model_shapes
+    rows = [json.loads(x) for x in (ref / "metrics.jsonl").read_text().splitlines()]
+    rows_b = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    key = [(r["step"], r.get("train/loss"), r.get("train/grad_norm")) for r in rows]
+    assert key == [(r["step"], r.get("train/loss"), r.get("train/grad_norm")) for r in rows_b]
+
+# --- (c) a bad --nproc: one line, exit 2, nothing started ---------------------------------------------
+
+@pytest.mark.parametrize("which", ["too_many", "zero"])
+def test_bad_nproc_is_one_line_and_exit_2(tmp_path: Path, which: str) -> None:
+    n = len(os.sched_getaffinity(0)) + 1 if which == "too_many" else 0
+    p = subprocess.run(_honing("--nproc", str(n), *SHORT, "--out", str(tmp_path / "r")), cwd=ROOT, env=_env(),
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2, p.stderr
+    lines = [x for x in p.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1 and lines[0].startswith(f"honing: error: --nproc {n}:"), p.stderr
+    assert not (tmp_path / "r").exists()

@@ -40,6 +40,7 @@ from honing.schedule.setup import (Setup, batch_scores, build_tasks, check_heldo
                                    layer_means, multiturn_config, seed_everything, verify_and_score)
 from honing.schedule.state import RunState
 from honing.train import PolicyTrainer, check_train_config, compute_advantages
+from honing.train.distributed import make_trainer
 from honing.train.sft import demonstrations, sft
 
 __all__ = ["Setup", "build_tasks", "check_heldout_overlap", "default_run_dir", "informative_groups", "layer_means",
@@ -301,8 +302,10 @@ def _train(cfg: RunConfig, run_dir: Path, show_progress: bool, resume: bool, fro
             load_model_weights(r.model, r.ckpt_root / "sft")
 
         seed_everything(cfg.seed + 1)  # the trainer (LoRA init, shuffling) starts from a known RNG state
-        r.trainer = trainer = PolicyTrainer(r.model, r.tok.pad_token_id, r.train_cfg, cfg.model.lora,
-                                            cfg.model.bf16_autocast, cfg.generation.temperature, seed=cfg.seed)
+        # a PolicyTrainer; under `honing train --nproc N` rank 0's driver of N FSDP2 ranks
+        r.trainer = trainer = make_trainer(r.model, r.tok.pad_token_id, r.train_cfg, cfg.model.lora,
+                                           cfg.model.bf16_autocast, cfg.generation.temperature, seed=cfg.seed,
+                                           model_name=cfg.model.name, deterministic=cfg.run.deterministic)
         r.engine.set_model(trainer.model)  # LoRA wraps the module; generate with the adapted policy
         r.cost = CostModel()
         r.worker = make_worker(cfg, r.engine, r.tok, setup)

@@ -25,8 +25,11 @@ from __future__ import annotations
 import copy
 import os
 import signal
+import sys
+from contextlib import contextmanager
 from datetime import timedelta
-from typing import Any, Callable, Sequence, TypeVar
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -59,6 +62,27 @@ def threads_per_rank(cores: int, nproc: int) -> int:
     return max(1, cores // nproc)
 
 
+def optimizer_state_by_name(osd: dict[str, Any], names: Sequence[str]) -> dict[str, Any]:
+    """torch.optim's state dict (parameters as indices into `names`, the optimizer's parameter
+    order) keyed by parameter name instead, as FSDP's full optimizer state dict is. A state dict
+    already keyed by name is returned as it is."""
+    if all(isinstance(k, str) for k in osd["state"]) and all(
+            isinstance(i, str) for g in osd["param_groups"] for i in g["params"]):
+        return osd
+    return {"state": {names[i]: v for i, v in osd["state"].items()},
+            "param_groups": [{**g, "params": [names[i] for i in g["params"]]} for g in osd["param_groups"]]}
+
+
+def optimizer_state_by_index(osd: dict[str, Any], names: Sequence[str]) -> dict[str, Any]:
+    """The inverse of optimizer_state_by_name (a state dict keyed by index is returned as it is)."""
+    if all(isinstance(k, int) for k in osd["state"]) and all(
+            isinstance(i, int) for g in osd["param_groups"] for i in g["params"]):
+        return osd
+    index = {n: i for i, n in enumerate(names)}
+    return {"state": {index[k]: v for k, v in osd["state"].items()},
+            "param_groups": [{**g, "params": [index[n] for n in g["params"]]} for g in osd["param_groups"]]}
+
+
 def available_cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
@@ -74,10 +98,22 @@ def check_nproc(nproc: int, cores: int) -> None:
                           "this process); use --nproc {cores} or fewer")
 
 
+# torchrun (torch.distributed.run) without its own failure report: rank 0 prints honing's one-line
+# errors and the launcher exits with rank 0's code, so torchrun's traceback would only be noise.
+TORCHRUN = """import logging, sys
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+from torch.distributed.run import get_args_parser, run
+logging.getLogger("torch.distributed.elastic").setLevel(logging.CRITICAL)
+try:
+    run(get_args_parser().parse_args(sys.argv[1:]))
+except ChildFailedError:
+    sys.exit(1)
+"""
+
+
 def launch_command(nproc: int, argv: Sequence[str], python: str) -> list[str]:
     """The torchrun command that re-runs `honing <argv>` as nproc ranks on this node."""
-    return [python, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-            "-m", "honing.cli", *argv]
+    return [python, "-c", TORCHRUN, "--standalone", f"--nproc_per_node={nproc}", "-m", "honing.cli", *argv]
 
 
 def strip_nproc(argv: Sequence[str]) -> list[str]:
@@ -310,8 +346,7 @@ _driver: dict[str, bool] = {"built": False}
 
 
 def make_trainer(model: torch.nn.Module, pad_id: int, cfg: Any, lora: Any, bf16_autocast: bool,
-                 temperature: float, seed: int = 0, model_name: str = "", model_seed: int = 0,
-                 deterministic: bool = False) -> Any:
+                 temperature: float, seed: int = 0, model_name: str = "", deterministic: bool = False) -> Any:
     """The loop's trainer: a PolicyTrainer in one process; under `--nproc N` (rank 0) a
     DriverTrainer whose shards the followers build from the same spec and rank 0's weights."""
     from honing.train.trainer import PolicyTrainer
@@ -322,7 +357,7 @@ def make_trainer(model: torch.nn.Module, pad_id: int, cfg: Any, lora: Any, bf16_
         from honing.errors import ConfigError
 
         raise ConfigError("--nproc > 1 trains full weights with FSDP2; model.lora.enabled=true is not supported there")
-    spec = {"model_name": model_name, "model_seed": model_seed, "deterministic": deterministic,
+    spec = {"model_name": model_name, "model_seed": seed, "deterministic": deterministic,
             "torch_rng": torch.get_rng_state(),
             "trainer": {"pad_id": pad_id, "cfg": cfg, "lora": lora, "bf16_autocast": bf16_autocast,
                         "temperature": temperature, "seed": seed}}
@@ -345,6 +380,21 @@ def stop_followers() -> None:
     if is_active() and rank() == 0 and _driver["built"]:
         broadcast_object(("stop", None))
         _driver["built"] = False
+
+
+@contextmanager
+def releasing_followers(clean_stops: tuple[type[BaseException], ...] = ()) -> Iterator[None]:
+    """Rank 0 around the run: on a normal end or a clean stop the followers are released and the
+    process group closed. On an error they are not (they may be inside a collective): rank 0
+    exits and torchrun ends them."""
+    try:
+        yield
+    except clean_stops:
+        stop_followers()
+        teardown()
+        raise
+    stop_followers()
+    teardown()
 
 
 def follow(load_model: Callable[[str, int], torch.nn.Module] | None = None) -> int:
@@ -381,3 +431,92 @@ def follow(load_model: Callable[[str, int], torch.nn.Module] | None = None) -> i
             return steps
         else:
             raise RuntimeError(f"follower: unknown command {cmd!r}")
+
+
+# --- `honing train --nproc N`: the launcher and the ranks' side ------------------------------------
+
+CHILD_ENV = "HONING_NPROC_DIR"  # set for the ranks: a directory for rank 0's pid and exit code
+
+
+def _die_with_parent() -> None:
+    """Linux: SIGKILL this process when its parent dies (a kill -9 of `honing train --nproc`
+    takes torchrun and the ranks with it instead of leaving them running)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _read_int(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def run_ranks(nproc: int, argv: Sequence[str]) -> int:
+    """Re-run `honing <argv>` as nproc torchrun ranks on this node (OMP_NUM_THREADS = cores // N
+    each) and return rank 0's exit code. torchrun runs in its own session: Ctrl-C / SIGTERM go to
+    rank 0 only, which stops cleanly after its step (checkpointed) and releases the followers."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    cores = available_cores()
+    check_nproc(nproc, cores)
+    d = Path(tempfile.mkdtemp(prefix="honing-ranks-"))
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads_per_rank(cores, nproc)), CHILD_ENV: str(d)}
+    p = subprocess.Popen(launch_command(nproc, strip_nproc(argv), sys.executable), env=env,
+                         start_new_session=True, preexec_fn=_die_with_parent)
+
+    def forward(signum: int, frame: Any) -> None:
+        pid = _read_int(d / "rank0.pid")
+        os.kill(pid, signum) if pid else p.send_signal(signal.SIGTERM)
+
+    old = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        rc = p.wait()
+    finally:
+        for sig, h in old.items():
+            signal.signal(sig, h)
+    code = _read_int(d / "rank0.rc")
+    shutil.rmtree(d, ignore_errors=True)
+    if code is None or (code == 0 and rc != 0):  # rank 0 died without a word, or another rank failed
+        return rc if rc >= 0 else 128 - rc
+    return code
+
+
+def join_as_rank() -> int | None:
+    """In a rank of `--nproc N`: join the process group and return this rank (None outside)."""
+    d = os.environ.get(CHILD_ENV)
+    if not d:
+        return None
+    _die_with_parent()
+    if os.getppid() == 1:  # torchrun is already gone
+        raise SystemExit(1)
+    r = init_from_env()
+    if r == 0:
+        (Path(d) / "rank0.pid").write_text(str(os.getpid()))
+    return r
+
+
+def exit_rank(code: object) -> None:
+    """The end of a rank of `--nproc N`: rank 0 leaves its exit code for the launcher (torchrun
+    reports only "failed"), then the process exits at once. Skipping the interpreter's teardown is
+    on purpose: now and then gloo's threads abort it ("terminate called without an active
+    exception") after the run has finished and closed everything, which torchrun would report as
+    a failed rank."""
+    n = code if isinstance(code, int) else (0 if code is None else 1)
+    d = os.environ.get(CHILD_ENV)
+    if d and os.environ.get("RANK") == "0":
+        try:
+            (Path(d) / "rank0.rc").write_text(str(n))
+        except OSError:
+            pass
+    if isinstance(code, str):
+        print(code, file=sys.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(n)

@@ -28,8 +28,9 @@ from honing.config import LoraConfig, TrainConfig
 from honing.engine.hf import autocast_ctx, bf16_supported
 from honing.rollout.types import Trajectory
 from honing.train.advantages import compute_advantages
-from honing.train.distributed import Sharded, all_gather_objects, all_reduce_floats, broadcast_object, \
-    full_optimizer_state, load_full_optimizer_state, max_int, pad_micro_batches
+from honing.train.distributed import PREFIX, Sharded, all_gather_objects, all_reduce_floats, broadcast_object, \
+    full_optimizer_state, load_full_optimizer_state, max_int, optimizer_state_by_index, optimizer_state_by_name, \
+    pad_micro_batches
 from honing.train.logprobs import (
     completion_logprobs,
     shared_prompt_logprobs,
@@ -439,11 +440,14 @@ class PolicyTrainer:
     def load_state(self, state: dict[str, Any]) -> None:
         """Restore what `state()` returned (the model's weights are loaded separately). Distributed:
         rank 0's `state` goes to every rank (the others pass None)."""
+        # by index (one process) or by parameter name (FSDP): either resumes with any number of ranks
+        names = [PREFIX + n for n, p in self.model.named_parameters() if p.requires_grad]
         if self.dist is not None:
-            load_full_optimizer_state(self.dist.root, self.opt, state["optimizer"] if state else {})
+            osd = optimizer_state_by_name(state["optimizer"], names) if state else {}
+            load_full_optimizer_state(self.dist.root, self.opt, osd)
             state = broadcast_object({k: v for k, v in state.items() if k != "optimizer"} if state else None)
         else:
-            self.opt.load_state_dict(state["optimizer"])
+            self.opt.load_state_dict(optimizer_state_by_index(state["optimizer"], names))
         self.sched.load_state_dict(state["scheduler"])
         self.step_count = int(state["step"])
         self.opt_steps = int(state.get("optimizer_steps", 0))
