@@ -38,14 +38,14 @@ def train(
     from honing.config import help_config as help_lines, load_config
 
     if nproc is not None or os.environ.get(NPROC_DIR_ENV):  # `--nproc N`, or one of its ranks
-        from honing.train import distributed as dp
+        from honing.train import distributed as dp, launch
 
-        if dp.join_as_rank():  # a follower rank: it only trains, on rank 0's word
+        if launch.join_as_rank():  # a follower rank: it only trains, on rank 0's word
             dp.follow()
             dp.teardown()
             return
         if nproc is not None:
-            dp.check_nproc(nproc, dp.available_cores())  # before anything starts
+            launch.check_nproc(nproc, launch.available_cores(), launch.gpu_count())  # before anything starts
     if help_config:
         typer.echo("\n".join(help_lines()))
         return
@@ -59,7 +59,7 @@ def train(
         raise HoningError("--from-step needs --resume <run directory>")
     cfg, path = load_config(config, overrides or [])
     if nproc is not None and nproc > 1:
-        raise typer.Exit(dp.run_ranks(nproc, sys.argv[1:]))
+        raise typer.Exit(launch.run_ranks(nproc, sys.argv[1:]))
     from honing import api
     from honing.schedule.loop import StoppedEarly, default_run_dir
     from honing.train.distributed import releasing_followers
@@ -479,7 +479,7 @@ def report_cmd(
     typer.echo(str(write_report(target, out, evals or [])))
 
 
-NPROC_DIR_ENV = "HONING_NPROC_DIR"  # set for the ranks of `honing train --nproc N` (distributed.CHILD_ENV)
+NPROC_DIR_ENV = "HONING_NPROC_DIR"  # set for the ranks of `honing train --nproc N` (launch.CHILD_ENV)
 
 
 def main() -> None:
@@ -493,7 +493,7 @@ def main() -> None:
 
 def _note_rank_exit(code: object) -> None:
     if os.environ.get(NPROC_DIR_ENV):  # a rank of `--nproc N`: rank 0's code goes to the launcher
-        from honing.train.distributed import exit_rank
+        from honing.train.launch import exit_rank
 
         exit_rank(code)
 

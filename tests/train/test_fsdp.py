@@ -15,7 +15,8 @@ import pytest
 import torch
 
 from honing.models import build_tiny_random
-from honing.train.distributed import check_nproc, launch_command, rank_slice, strip_nproc, threads_per_rank
+from honing.train.distributed import rank_slice
+from honing.train.launch import CHILD_ENV, check_nproc, launch_command, strip_nproc, threads_per_rank
 
 from .helpers import make_trainer, sampled_trajectories
 
@@ -47,12 +48,18 @@ def test_nproc_checks_and_launch_command() -> None:
     for bad in (0, -1, 3):
         with pytest.raises(HoningError):
             check_nproc(bad, 2)
+    check_nproc(2, 16, gpus=2)
+    with pytest.raises(HoningError, match="GPU"):
+        check_nproc(3, 16, gpus=2)
     assert threads_per_rank(16, 4) == 4 and threads_per_rank(2, 2) == 1 and threads_per_rank(3, 2) == 1
     argv = ["train", "--nproc", "2", "--out", "x", "--nproc=3", "a=1"]
     assert strip_nproc(argv) == ["train", "--out", "x", "a=1"]
     cmd = launch_command(2, ["train", "--out", "x"], "py")
     assert cmd[:2] == ["py", "-c"] and "torch.distributed.run" in cmd[2] and "--nproc_per_node=2" in cmd
     assert cmd[-4:] == ["honing.cli", "train", "--out", "x"]
+    from honing.cli import NPROC_DIR_ENV
+
+    assert NPROC_DIR_ENV == CHILD_ENV
 
 
 def test_optimizer_state_by_name_and_back_round_trips(tiny) -> None:  # noqa: ANN001

@@ -1,5 +1,5 @@
 """Trainer data parallelism: FSDP2 (`fully_shard`) over torch.distributed, launched by
-`honing train --nproc N` (torchrun underneath).
+`honing train --nproc N` (torchrun underneath: launch.py).
 
 Rank 0 is the driver: it runs the whole loop (tasks, engine, pipeline, state.sqlite, eval,
 checkpoints, logs) exactly as one process does. Every other rank is a follower that only trains:
@@ -25,10 +25,8 @@ from __future__ import annotations
 import copy
 import os
 import signal
-import sys
 from contextlib import contextmanager
 from datetime import timedelta
-from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence, TypeVar
 
 import torch
@@ -57,11 +55,6 @@ def pad_micro_batches(micros: list[list[T]], n: int, dummy: Callable[[], T]) -> 
     return micros + [[dummy()] for _ in range(n - len(micros))]
 
 
-def threads_per_rank(cores: int, nproc: int) -> int:
-    """OMP_NUM_THREADS for each of nproc ranks on `cores` cores (at least 1)."""
-    return max(1, cores // nproc)
-
-
 def optimizer_state_by_name(osd: dict[str, Any], names: Sequence[str]) -> dict[str, Any]:
     """torch.optim's state dict (parameters as indices into `names`, the optimizer's parameter
     order) keyed by parameter name instead, as FSDP's full optimizer state dict is. A state dict
@@ -81,52 +74,6 @@ def optimizer_state_by_index(osd: dict[str, Any], names: Sequence[str]) -> dict[
     index = {n: i for i, n in enumerate(names)}
     return {"state": {index[k]: v for k, v in osd["state"].items()},
             "param_groups": [{**g, "params": [index[n] for n in g["params"]]} for g in osd["param_groups"]]}
-
-
-def available_cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-
-
-def check_nproc(nproc: int, cores: int) -> None:
-    """--nproc must be 1..cores (one rank per core at least). Raises HoningError."""
-    from honing.errors import HoningError
-
-    if nproc < 1:
-        raise HoningError(f"--nproc {nproc}: must be at least 1")
-    if nproc > cores:
-        raise HoningError(f"--nproc {nproc}: this machine allows at most {cores} (CPU cores available to "
-                          "this process); use --nproc {cores} or fewer")
-
-
-# torchrun (torch.distributed.run) without its own failure report: rank 0 prints honing's one-line
-# errors and the launcher exits with rank 0's code, so torchrun's traceback would only be noise.
-TORCHRUN = """import logging, sys
-from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-from torch.distributed.run import get_args_parser, run
-logging.getLogger("torch.distributed.elastic").setLevel(logging.CRITICAL)
-try:
-    run(get_args_parser().parse_args(sys.argv[1:]))
-except ChildFailedError:
-    sys.exit(1)
-"""
-
-
-def launch_command(nproc: int, argv: Sequence[str], python: str) -> list[str]:
-    """The torchrun command that re-runs `honing <argv>` as nproc ranks on this node."""
-    return [python, "-c", TORCHRUN, "--standalone", f"--nproc_per_node={nproc}", "-m", "honing.cli", *argv]
-
-
-def strip_nproc(argv: Sequence[str]) -> list[str]:
-    """argv without its `--nproc N` / `--nproc=N`."""
-    out, skip = [], False
-    for a in argv:
-        if skip:
-            skip = False
-        elif a == "--nproc":
-            skip = True
-        elif not a.startswith("--nproc="):
-            out.append(a)
-    return out
 
 
 # --- process group ---------------------------------------------------------------------------------
@@ -431,92 +378,3 @@ def follow(load_model: Callable[[str, int], torch.nn.Module] | None = None) -> i
             return steps
         else:
             raise RuntimeError(f"follower: unknown command {cmd!r}")
-
-
-# --- `honing train --nproc N`: the launcher and the ranks' side ------------------------------------
-
-CHILD_ENV = "HONING_NPROC_DIR"  # set for the ranks: a directory for rank 0's pid and exit code
-
-
-def _die_with_parent() -> None:
-    """Linux: SIGKILL this process when its parent dies (a kill -9 of `honing train --nproc`
-    takes torchrun and the ranks with it instead of leaving them running)."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
-def _read_int(path: Path) -> int | None:
-    try:
-        return int(path.read_text().strip())
-    except (OSError, ValueError):
-        return None
-
-
-def run_ranks(nproc: int, argv: Sequence[str]) -> int:
-    """Re-run `honing <argv>` as nproc torchrun ranks on this node (OMP_NUM_THREADS = cores // N
-    each) and return rank 0's exit code. torchrun runs in its own session: Ctrl-C / SIGTERM go to
-    rank 0 only, which stops cleanly after its step (checkpointed) and releases the followers."""
-    import shutil
-    import subprocess
-    import tempfile
-
-    cores = available_cores()
-    check_nproc(nproc, cores)
-    d = Path(tempfile.mkdtemp(prefix="honing-ranks-"))
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads_per_rank(cores, nproc)), CHILD_ENV: str(d)}
-    p = subprocess.Popen(launch_command(nproc, strip_nproc(argv), sys.executable), env=env,
-                         start_new_session=True, preexec_fn=_die_with_parent)
-
-    def forward(signum: int, frame: Any) -> None:
-        pid = _read_int(d / "rank0.pid")
-        os.kill(pid, signum) if pid else p.send_signal(signal.SIGTERM)
-
-    old = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        rc = p.wait()
-    finally:
-        for sig, h in old.items():
-            signal.signal(sig, h)
-    code = _read_int(d / "rank0.rc")
-    shutil.rmtree(d, ignore_errors=True)
-    if code is None or (code == 0 and rc != 0):  # rank 0 died without a word, or another rank failed
-        return rc if rc >= 0 else 128 - rc
-    return code
-
-
-def join_as_rank() -> int | None:
-    """In a rank of `--nproc N`: join the process group and return this rank (None outside)."""
-    d = os.environ.get(CHILD_ENV)
-    if not d:
-        return None
-    _die_with_parent()
-    if os.getppid() == 1:  # torchrun is already gone
-        raise SystemExit(1)
-    r = init_from_env()
-    if r == 0:
-        (Path(d) / "rank0.pid").write_text(str(os.getpid()))
-    return r
-
-
-def exit_rank(code: object) -> None:
-    """The end of a rank of `--nproc N`: rank 0 leaves its exit code for the launcher (torchrun
-    reports only "failed"), then the process exits at once. Skipping the interpreter's teardown is
-    on purpose: now and then gloo's threads abort it ("terminate called without an active
-    exception") after the run has finished and closed everything, which torchrun would report as
-    a failed rank."""
-    n = code if isinstance(code, int) else (0 if code is None else 1)
-    d = os.environ.get(CHILD_ENV)
-    if d and os.environ.get("RANK") == "0":
-        try:
-            (Path(d) / "rank0.rc").write_text(str(n))
-        except OSError:
-            pass
-    if isinstance(code, str):
-        print(code, file=sys.stderr)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(n)
