@@ -254,6 +254,30 @@ def test_nproc2_killed_after_checkpoint_and_resumed_equals_uninterrupted(tmp_pat
     key = [(r["step"], r.get("train/loss"), r.get("train/grad_norm")) for r in rows]
     assert key == [(r["step"], r.get("train/loss"), r.get("train/grad_norm")) for r in rows_b]
 
+@pytest.mark.timeout(300)
+def test_nproc2_ctrl_c_stops_cleanly_after_the_step_with_a_checkpoint(tmp_path: Path) -> None:
+    """SIGINT to the launcher goes to rank 0 only: it finishes the step, checkpoints, releases the
+    followers and exits 130; no torchrun failure report, no rank left behind."""
+    import signal
+
+    run = tmp_path / "run"
+    args = ["--nproc", "2", *SHORT, "train.steps=6", "checkpoint.every_steps=0", "--out", str(run)]
+    p = subprocess.Popen(_honing(*args), cwd=ROOT, env={**_env(), "HONING_TRACE_PHASES": "1"},
+                         stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    assert p.stderr is not None
+    err = []
+    for line in p.stderr:
+        err.append(line)
+        if line.strip() == "honing-phase update 3":
+            p.send_signal(signal.SIGINT)
+    assert p.wait(timeout=120) == 130, "".join(err[-30:])
+    text = "".join(err)
+    assert "stopped on SIGINT after step 3 (checkpointed)" in text
+    assert "ChildFailedError" not in text and "Traceback" not in text, text[-3000:]
+    assert (run / "checkpoints" / "step-3" / "manifest.json").is_file()
+    assert not _procs_mentioning(str(run))
+
+
 # --- (c) a bad --nproc: one line, exit 2, nothing started ---------------------------------------------
 
 @pytest.mark.parametrize("which", ["too_many", "zero"])
