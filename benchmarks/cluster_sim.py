@@ -29,7 +29,8 @@ samples, every batch indexed exactly once.
 The clock is scaled: a simulated second lasts 1/SCALE real seconds. Throughput is measured in real
 seconds and converted back (x SCALE), so the driver's own cost (Python, SQLite, Parquet) counts
 SCALE times more than it would at full speed: the ratios are a lower bound for the pool itself. The
-last row repeats 512 workers with the clock unscaled (x1) to show the driver's cost in proportion.
+last rows repeat 512 workers with the clock unscaled (x1), to show the driver's cost in proportion, and
+with staleness 2 (a third batch in flight keeps workers busy while a step waits for its stragglers).
 
 Rewards are a pure function of (task, request seed), so which worker ran what cannot change a result.
 """
@@ -120,10 +121,10 @@ class SimSlot:
         self.jobs.clear()
 
 
-def simulate(n: int, steps: int, kill_frac: float = 0.0, kill_at: int = 3) -> dict:
+def simulate(n: int, steps: int, kill_frac: float = 0.0, kill_at: int = 3, staleness: int = STALENESS) -> dict:
     prompts = n * TASKS_PER_REQUEST
     cfg, _ = load_config("smoke", [f"tasks.prompts_per_step={prompts}", f"tasks.samples_per_prompt={SAMPLES}",
-                                   f"schedule.staleness={STALENESS}", f"train.steps={steps}", "report_to=[]"])
+                                   f"schedule.staleness={staleness}", f"train.steps={steps}", "report_to=[]"])
     setup = build_tasks(cfg)
     run_dir = Path(tempfile.mkdtemp(prefix=f"cluster-sim-{n}-"))
     state = RunState(run_dir / "state.sqlite", create=True)
@@ -203,6 +204,7 @@ def main() -> None:
     fast, SCALE = SCALE, 1.0
     full = simulate(512, STEPS)  # the same at full speed: the driver's cost in its true proportion
     SCALE = fast
+    stale2 = simulate(512, STEPS, staleness=2)  # one more batch in flight: stragglers are hidden
     print(f"cluster simulation: clock x{SCALE:g}; per worker and step {TASKS_PER_REQUEST} tasks x {SAMPLES} samples; "
           f"staleness {STALENESS}; trainer time 0 (rollout side only); mean request latency {mean_lat:.3f} s "
           f"-> linear = N x {base:.2f} traj/s")
@@ -211,7 +213,8 @@ def main() -> None:
             f"{'resub':>5} {'dup':>3} counts")
     print(head)
     for r, label in [(r, "") for r in runs] + [(fail, f"  <- 10% killed at step {STEPS // 2}"),
-                                                (full, "  <- clock x1 (unscaled)")]:
+                                                (full, "  <- clock x1 (unscaled)"),
+                                                (stale2, "  <- staleness 2")]:
         lin = base * r["workers"]
         print(f"{r['workers']:>7} {r['steps']:>5} {r['trajs']:>6} {r['tput']:>8.1f} {lin:>8.1f} {r['tput'] / lin:>6.2f} "
               f"{r['util']:>5.2f} {100 * r['wait_frac']:>5.0f} {r['driver_s']:>13.3f} {r['queue_mean']:>8.1f}/{r['queue_max']:<5} "
@@ -222,7 +225,8 @@ def main() -> None:
         print(f"RATIO throughput_{n}_vs_linear={by[n]['tput'] / (base * n):.3f}")
     print(f"RATIO throughput_64_10pct_killed_vs_64={fail['tput'] / by[64]['tput']:.3f}")
     print(f"RATIO throughput_512_clock_x1_vs_linear={full['tput'] / (base * 512):.3f}")
-    if not all(r["counts_ok"] for r in runs + [fail, full]) or fail["resubmitted"] != fail["killed"]:
+    print(f"RATIO throughput_512_staleness_2_vs_linear={stale2['tput'] / (base * 512):.3f}")
+    if not all(r["counts_ok"] for r in runs + [fail, full, stale2]) or fail["resubmitted"] != fail["killed"]:
         print("cluster_sim: trajectory counts do not add up", file=sys.stderr)
         sys.exit(1)
 
