@@ -16,8 +16,10 @@ full-state gather and rank 0 copies it into its own unsharded model, the one its
 with and checkpoints are written from. Checkpoints keep the single-process format: full weights
 plus a full (unsharded, parameter-name keyed) optimizer state in trainer_state.pt.
 
-Not covered: LoRA and gradient checkpointing under FSDP (refused / untested), one node only
-(`--standalone`), and the NCCL (GPU) path is written but only the gloo (CPU) path is tested here.
+Not covered: LoRA under FSDP (refused), gradient checkpointing and bf16 autocast under FSDP
+(untested), more than one node (`--standalone`), and the NCCL (GPU) path is written but only the
+gloo (CPU) path is tested. The RNG states in a checkpoint are rank 0's; followers draw nothing
+random in training (no dropout in the supported models), and take rank 0's on a resume.
 """
 
 from __future__ import annotations
