@@ -31,14 +31,13 @@ finishes its running request (or, with `hand_back=True`, is closed and its reque
 queue). `attach(run_dir)` makes the pump follow `run_dir/workers.json` (`{"rollout": N}`, written by
 `honing workers RUN_DIR --rollout N`) and append its events to `run_dir/workers.log` (JSON lines).
 
-Splitting. With `split` (see `RolloutSplit`) one batch becomes several requests (chunks of its tasks,
+Splitting. With `split` (`honing.schedule.split.RolloutSplit`) one batch becomes several requests (chunks of its tasks,
 each with a seed derived from the batch's), spread over slots and merged back in order: the result
 depends on the chunk size, never on how many slots there are or which ran what.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import threading
 import time
@@ -49,9 +48,11 @@ from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
 
 from honing.errors import HoningError
+from honing.schedule.split import RolloutSplit, part_seed
 from honing.schedule.workers import WorkerTimeout
 
-__all__ = ["ProcessSlot", "RolloutSplit", "Slot", "SlotDied", "WorkerPool", "clone_state", "request_size"]
+__all__ = ["ProcessSlot", "RolloutSplit", "Slot", "SlotDied", "WorkerPool", "clone_state", "part_seed",
+           "request_size"]
 
 CONTROL_FILE = "workers.json"
 LOG_FILE = "workers.log"
@@ -123,49 +124,6 @@ def request_size(run_dir: Path, rollout: int) -> Path:
     path = run_dir / CONTROL_FILE
     atomic_write_text(path, json.dumps({"rollout": rollout, "requested_at": time.time()}) + "\n")
     return path
-
-
-# ----------------------------------------------------------------------------------------------
-# Splitting a rollout batch into chunks of tasks
-
-
-def part_seed(seed: int, part: int) -> int:
-    """The seed of chunk `part` of a batch with seed `seed` (chunk 0 keeps the batch's seed)."""
-    if part == 0:
-        return seed
-    return int(hashlib.sha256(f"{seed}/part/{part}".encode()).hexdigest()[:8], 16)
-
-
-class RolloutSplit:
-    """Splits a rollout payload (`{"tasks": [...], ...}`) into chunks of `tasks_per_request` tasks
-    and merges their `RolloutBatch` results back (task indices, dropped indices, summed counters)."""
-
-    def __init__(self, tasks_per_request: int) -> None:
-        if tasks_per_request < 1:
-            raise HoningError(f"tasks_per_request must be >= 1, got {tasks_per_request}")
-        self.n = tasks_per_request
-
-    def split(self, payload: dict, seed: int) -> list[tuple[dict, int]]:
-        tasks = payload["tasks"]
-        chunks = [tasks[i:i + self.n] for i in range(0, len(tasks), self.n)] or [tasks]
-        return [({**payload, "tasks": c}, part_seed(seed, i)) for i, c in enumerate(chunks)]
-
-    def merge(self, payloads: Sequence[dict], results: Sequence[Any]) -> Any:
-        from honing.schedule.orchestrate import RolloutBatch
-
-        trajs, dropped, errors = [], [], []
-        stats: dict[str, float] = defaultdict(float)
-        offset = 0
-        for p, r in zip(payloads, results):
-            for t in r.trajs:
-                t.group += offset
-                trajs.append(t)
-            dropped += [d + offset for d in r.dropped]
-            for k, v in r.stats.items():
-                stats[k] += v
-            errors += [e for e in r.errors if e not in errors]
-            offset += len(p["tasks"])
-        return RolloutBatch(trajs, dropped, dict(stats), errors[:3])
 
 
 # ----------------------------------------------------------------------------------------------
