@@ -382,6 +382,8 @@ class RayConfig(_Node):
     tasks_per_request: int = Field(0, ge=0)
     """Split each batch into requests of this many tasks, spread over the actors (each chunk with its own seed
     derived from the batch's); 0: a batch is one request (the same samples as in process)."""
+    env: dict[str, str] = {}
+    """Environment variables of the rollout actors (Ray's runtime_env env_vars), e.g. HF_HOME on a worker image."""
 
 
 class ScheduleConfig(_Node):

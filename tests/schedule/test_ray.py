@@ -202,3 +202,23 @@ def test_crash_and_resume_on_ray_keeps_buffered_rollouts_and_adds_up(tmp_path: P
     db.close()
     assert len(resume) == 1 and resume[0]["reused_trajectories"] > 0
     check_counts(tmp_path / "crash", summary, 8)
+
+
+def test_worker_image_without_bubblewrap_is_one_error_line_and_exit_2(tmp_path: Path) -> None:
+    """Code tasks grade in bubblewrap boxes; an actor whose PATH has no bwrap (a worker image
+    without it) stops the run at start-up with one line naming the problem."""
+    import shutil
+
+    honing = Path(sys.executable).with_name("honing")
+    image = tmp_path / "bin"  # the worker image's PATH: a shell (Ray starts workers with bash), no bwrap
+    image.mkdir()
+    (image / "bash").symlink_to(shutil.which("bash"))
+    p = subprocess.run([str(honing), "train", "-c", "smoke", "--out", str(tmp_path / "r"), "-q", "sft.steps=0",
+                        "eval.heldout_tasks=2", "train.steps=1", "schedule.workers=ray", "schedule.ray.local_cpus=1",
+                        "schedule.ray.call_timeout_s=90", 'tasks.sources=[{"name": "code:functions"}]',
+                        f'schedule.ray.env={{"PATH": "{image}"}}'],
+                       capture_output=True, text=True, timeout=240, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert p.returncode == 2, p.stderr[-2000:]
+    errors = [line for line in p.stderr.splitlines() if line.startswith("honing: error:")]
+    assert len(errors) == 1 and "Ray rollout actor on" in errors[0] and "bubblewrap (bwrap) is not installed" in errors[0]
+    assert "Traceback" not in p.stderr

@@ -56,9 +56,17 @@ class RolloutActor:
         from honing.schedule.rollout_side import build
 
         torch.set_num_threads(threads)
-        self.side = build(cfg_dict)
+        self.error = ""
+        try:
+            self.side = build(cfg_dict)
+        except HoningError as e:  # reported by ready(): an __init__ error would only say the actor died
+            self.error = f"Ray rollout actor on {socket.gethostname()}: {e}"
 
     def ready(self) -> int:
+        """The actor's pid once it is built; else its build error, e.g. a worker image without
+        bubblewrap when the run grades in boxes (one clear error, not a run of infra errors)."""
+        if self.error:
+            raise HoningError(self.error)
         return os.getpid()
 
     def load_weights(self, state: Any, version: int) -> float:
@@ -78,8 +86,12 @@ class RolloutActor:
 class RaySlot:
     """One rollout actor as a pool slot. `pid` is the actor's process id once it has started."""
 
-    def __init__(self, actor_cls: Any, cfg_dict: dict, threads: int, num_cpus: float) -> None:
-        self.actor = actor_cls.options(num_cpus=num_cpus, max_restarts=0, max_task_retries=0).remote(cfg_dict, threads)
+    def __init__(self, actor_cls: Any, cfg_dict: dict, threads: int, num_cpus: float,
+                 env: dict[str, str] | None = None) -> None:
+        opts: dict[str, Any] = {"num_cpus": num_cpus, "max_restarts": 0, "max_task_retries": 0}
+        if env:
+            opts["runtime_env"] = {"env_vars": dict(env)}
+        self.actor = actor_cls.options(**opts).remote(cfg_dict, threads)
         self.started = self.actor.ready.remote()
         self.pid: int | None = None
         self._refs: dict[int, tuple[Any, Any]] = {}
@@ -91,6 +103,9 @@ class RaySlot:
             raise HoningError(f"a Ray rollout actor did not start within {timeout_s:g} s (schedule.ray.call_timeout_s; "
                               f"free in the cluster now: {ray.available_resources()})") from None
         except rex.RayError as e:
+            cause = getattr(e, "cause", None)
+            if isinstance(cause, HoningError):  # the actor's own clear message (e.g. no bwrap there)
+                raise HoningError(str(cause)) from None
             raise HoningError(f"a Ray rollout actor failed to start:\n{e}") from None
         return self.pid
 
@@ -204,7 +219,7 @@ def make_ray_pool(cfg: RunConfig) -> RayPool:
         actor_cls = ray.remote(RolloutActor)
 
         def make_slot() -> RaySlot:
-            return RaySlot(actor_cls, cfg_dict, threads, rc.num_cpus)
+            return RaySlot(actor_cls, cfg_dict, threads, rc.num_cpus, rc.env)
 
         slots = [make_slot() for _ in range(rc.rollout_workers)]
         try:
