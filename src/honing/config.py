@@ -383,7 +383,12 @@ class RayConfig(_Node):
     """Split each batch into requests of this many tasks, spread over the actors (each chunk with its own seed
     derived from the batch's); 0: a batch is one request (the same samples as in process)."""
     env: dict[str, str] = {}
-    """Environment variables of the rollout actors (Ray's runtime_env env_vars), e.g. HF_HOME on a worker image."""
+    """Environment variables of the rollout and grading actors (Ray's runtime_env env_vars), e.g. HF_HOME."""
+    grading_workers: int = Field(0, ge=0)
+    """Grading actors (the run's verifiers and their own sandbox, no policy) that single-turn samples are
+    graded on; 0: each rollout actor grades its own. Multi-turn episodes always grade where their box is."""
+    grading_num_cpus: float = Field(0.25, gt=0)
+    """CPUs Ray reserves for each grading actor (fractional: grading mostly waits on sandboxed processes)."""
 
 
 class ScheduleConfig(_Node):

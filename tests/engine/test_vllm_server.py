@@ -404,13 +404,18 @@ def test_real_server_as_a_user_run_server(server: Any, smol: Any) -> None:
 def test_real_server_failed_reload_is_fatal(server: Any, smol: Any) -> None:
     import torch
 
-    _, _, model = smol
+    _, tok, model = smol
     bad = {k: v for k, v in model.state_dict().items()}
     k = next(k for k in bad if k.endswith("q_proj.weight"))
     bad[k] = torch.zeros(3, 3)  # a shape the model cannot take
+    restarts = server.stats["restarts"]
     with pytest.raises(VLLMServerError, match="weight reload to version 9 failed") as e:
         server.load_weights(bad, version=9)
     assert "\n" not in str(e.value) and server.version != 9
+    # its weights are unknown now: the next use restarts the server with the last good weights
+    p = _prompt(tok, "Write one word.")
+    out = server.generate([p], SamplingParams(max_new_tokens=4, temperature=0.0))
+    assert server.stats["restarts"] == restarts + 1 and len(out[0][0].token_ids) > 0
 
 
 @pytest.mark.slow

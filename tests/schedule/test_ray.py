@@ -222,3 +222,37 @@ def test_worker_image_without_bubblewrap_is_one_error_line_and_exit_2(tmp_path: 
     errors = [line for line in p.stderr.splitlines() if line.startswith("honing: error:")]
     assert len(errors) == 1 and "Ray rollout actor on" in errors[0] and "bubblewrap (bwrap) is not installed" in errors[0]
     assert "Traceback" not in p.stderr
+
+
+def _grader_pids() -> list[int]:
+    import psutil
+
+    return [p.pid for p in psutil.Process().children(recursive=True) if "GradingActor" in " ".join(p.cmdline())]
+
+
+def test_grading_actors_grade_the_same_and_survive_a_sigkill(tmp_path: Path) -> None:
+    """schedule.ray.grading_workers: the rollout actor sends every single-turn sample to a grading
+    actor; the run's final weights equal those of a run that grades in the rollout actor (deterministic
+    mode). A grading actor killed with SIGKILL mid-run is restarted by Ray and the run completes with
+    state.sqlite adding up."""
+    one = ["schedule.workers=ray", "schedule.ray.rollout_workers=1", "schedule.ray.num_cpus=0.5"]
+    _, da = run(tmp_path, "local-grading", ["train.steps=2", *one])
+    rows: list[dict] = []
+    _, db = run(tmp_path, "grading-actor", ["train.steps=2", *one, "schedule.ray.grading_workers=1"],
+                callbacks=[lambda step, m: rows.append(m)])
+    wa, wb = final_weights(da), final_weights(db)
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+    assert [m["rollout/graded_remote"] for m in rows if "rollout/graded_remote" in m] == [PROMPTS * SAMPLES] * 2
+    killed: list[int] = []
+
+    def on_step(step: int, metrics: dict) -> None:
+        if step == 1:
+            for pid in _grader_pids():
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+
+    steps = 3
+    summary, dc = run(tmp_path, "grader-killed", [f"train.steps={steps}", *one, "schedule.ray.grading_workers=1"],
+                      callbacks=[on_step])
+    assert killed
+    check_counts(dc, summary, steps)

@@ -346,6 +346,7 @@ class VLLMServerEngine:
         self._served: Path | None = None  # the pushed checkpoint the server now serves (re-pushed after a restart)
         self._lock = threading.RLock()
         self.stats = {"restarts": 0}
+        self._poisoned = False  # a reload failed: the server's weights are unknown until it restarts
         self.max_restarts = 3
         self.restart_timeout_s = 300.0
 
@@ -399,23 +400,30 @@ class VLLMServerEngine:
 
     def _restarting(self, fn: Any) -> Any:
         """fn(); if it fails because the server honing started died, restart the server, re-push the
-        weights it served and run fn once more. A user-run server, or a second failure, is fatal."""
+        weights it served and run fn once more. A user-run server, or a second failure, is fatal.
+        A server whose last reload failed (its weights unknown) is restarted before fn runs."""
+        if self._poisoned:
+            self._restart("had a failed weight reload (its weights are unknown)")
         try:
             return fn()
         except VLLMServerError as e:
             if self.stats["restarts"] >= self.max_restarts or not self._server_down():
                 raise
             first = str(e)
+        code = self.server.proc.poll() if self.server is not None else None
+        self._restart(f"died ({'exit code ' + str(code) if code is not None else 'unhealthy'}: {_one_line(first, 160)})")
+        return fn()
+
+    def _restart(self, why: str) -> None:
+        """Restart the server honing started on the same port and re-push the weights it last served."""
         assert self.server is not None
         with self._lock:
-            code = self.server.proc.poll()
-            sys.stderr.write(f"honing: the vLLM server died ({'exit code ' + str(code) if code is not None else 'unhealthy'}"
-                             f": {_one_line(first, 160)}); restarting it with weights version {self.version}\n")
+            sys.stderr.write(f"honing: the vLLM server {why}; restarting it with weights version {self.version}\n")
             self.stats["restarts"] += 1
             self.server.restart(self.http, self.restart_timeout_s)
+            self._poisoned = False
             if self._served is not None:
                 self._reload(self._served, self.version)
-        return fn()
 
     def load_weights(self, state: object, version: int) -> None:
         """Push new policy weights (a state dict, a module, or None for the set_model module) and
@@ -439,7 +447,11 @@ class VLLMServerEngine:
             except OSError as e:
                 raise VLLMServerError(f"cannot write the weights for version {version} to {out}: {e}") from None
             t1 = time.monotonic()
-            self._restarting(lambda: self._reload(out, version))
+            try:
+                self._restarting(lambda: self._reload(out, version))
+            except VLLMServerError:
+                self._poisoned = self.server is not None  # restarted before its next use
+                raise
             t2 = time.monotonic()
             self._served = out
             for old in root.iterdir():  # keep only the version the server now serves

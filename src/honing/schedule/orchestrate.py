@@ -27,7 +27,7 @@ import hashlib
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 
@@ -35,7 +35,7 @@ from honing.config import OrchestrationConfig
 from honing.errors import TaskError
 from honing.rollout.types import Trajectory
 from honing.tasks import Task
-from honing.verify.batch import BatchOptions, agrade_batch
+from honing.verify.batch import BatchOptions, Graded, agrade_batch
 from honing.verify.registry import get_verifier
 from honing.verify.reward import RewardConfig
 from honing.verify.types import Verdict, VerifyContext
@@ -134,12 +134,18 @@ def _needs_sandbox(name: str) -> bool:
         return False
 
 
+RemoteGrade = Callable[[Task, Trajectory, BatchOptions], Awaitable[Graded]]
+"""Grades one sample somewhere else (a grading worker); an unreachable one is an infra-error verdict."""
+
+
 class _Grader:
     """A background event loop grading jobs: at most `limits[verifier]` samples at once per verifier name
     of the task (a sample's reward-layer verifiers run within its slot)."""
 
-    def __init__(self, ctx: VerifyContext, reward: RewardConfig, opts: BatchOptions, limits: dict[str, int]) -> None:
+    def __init__(self, ctx: VerifyContext, reward: RewardConfig, opts: BatchOptions, limits: dict[str, int],
+                 remote: RemoteGrade | None = None) -> None:
         self.ctx, self.reward, self.opts, self.limits = ctx, reward, opts, limits
+        self.remote, self.remote_count = remote, 0
         self.sems: dict[str, asyncio.Semaphore] = {}
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="orchestrate-grade", daemon=True)
@@ -175,7 +181,11 @@ class _Grader:
                 t.verdict, t.reward = Verdict.infra("job deadline passed before grading"), 0.0
                 return
             opts = replace(self.opts, timeout_s=min(self.opts.timeout_s, left))
-            g = (await agrade_batch([job.task], [t], self.ctx, self.reward, opts))[0]
+            if self.remote is not None and job.task.environment is None:  # a grading worker (multi-turn
+                self.remote_count += 1                                       # episodes grade where their box is)
+                g = await self.remote(job.task, t, opts)
+            else:
+                g = (await agrade_batch([job.task], [t], self.ctx, self.reward, opts))[0]
             if g.verdict.infra_error and time.perf_counter() - job.start >= job.budget - 1e-3:
                 job.late = True
         t.verdict, t.reward, t.reward_layers = g.verdict, g.reward.value, dict(g.reward.layers)
@@ -189,8 +199,9 @@ class Orchestrator:
     def __init__(self, roll_out: Callable[[Sequence[Task], int], list[Trajectory]], ctx: VerifyContext,
                  reward: RewardConfig, grading: BatchOptions, cfg: OrchestrationConfig,
                  cost: CostModel | None = None, max_batch_tasks: int = 0,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] = time.sleep, remote_grade: RemoteGrade | None = None) -> None:
         self.roll_out, self.ctx, self.reward, self.grading, self.cfg = roll_out, ctx, reward, grading, cfg
+        self.remote_grade = remote_grade  # single-turn samples graded elsewhere (e.g. Ray grading actors)
         self.cost = cost if cost is not None else CostModel()
         self.max_batch_tasks, self.sleep = max_batch_tasks, sleep
 
@@ -217,7 +228,7 @@ class Orchestrator:
         st: dict[str, float] = defaultdict(float)
         done: dict[int, list[Trajectory]] = {}
         errors: list[str] = []
-        grader = _Grader(self.ctx, self.reward, self.grading, dict(self.cfg.env_concurrency))
+        grader = _Grader(self.ctx, self.reward, self.grading, dict(self.cfg.env_concurrency), self.remote_grade)
         try:
             buckets = self.buckets(tasks)
             futures: list[Future] = []
@@ -236,12 +247,13 @@ class Orchestrator:
                 failed = self._collect(futures, tasks, done, st, errors)
         finally:
             grader.close()
-        st.update(jobs=len(tasks), drops=len(failed), buckets=len(buckets))
+        st.update(jobs=len(tasks), drops=len(failed), buckets=len(buckets), graded_remote=grader.remote_count)
         st["attempts"] = st["jobs"] + st["retries"]
         st["time/verify_s"] = max(0.0, time.perf_counter() - t_run - st["time/gen_s"] - st["time/backoff_s"])
         trajs = [t for i in range(len(tasks)) if i in done for t in done[i]]
         keys = ("time/gen_s", "time/verify_s", "time/sandbox_s", "time/backoff_s", "jobs", "attempts", "retries",
                 "drops", "infra_errors", "deadline_exceeded", "deadline_skipped", "buckets")
+        keys += ("graded_remote",) if self.remote_grade is not None else ()
         return RolloutBatch(trajs, sorted(failed), {k: float(st[k]) for k in keys}, errors)
 
     def _launch(self, grader: _Grader, tasks: Sequence[Task], idx: list[int], seed: int,

@@ -47,10 +47,67 @@ def _need_ray() -> Any:
     return ray
 
 
+class GradingActor:
+    """A grading worker (`schedule.ray.grading_workers`): the run's verifiers and its own sandbox,
+    no policy. Stateless, so Ray restarts one that dies and retries the call on it."""
+
+    def __init__(self, cfg_dict: dict) -> None:
+        from honing.schedule.rollout_side import worker_config
+        from honing.schedule.setup import build_tasks
+
+        self.error, self.calls, self.setup = "", 0, None
+        try:
+            self.setup = build_tasks(worker_config(cfg_dict))
+        except HoningError as e:
+            self.error = f"Ray grading actor on {socket.gethostname()}: {e}"
+
+    def ready(self) -> int:
+        if self.error:
+            raise HoningError(self.error)
+        return os.getpid()
+
+    def grade(self, task: Any, traj: Any, opts: Any) -> Any:
+        from honing.verify.batch import grade_batch
+
+        self.calls += 1
+        return grade_batch([task], [traj], self.setup.ctx, self.setup.reward, opts)[0]
+
+    def close(self) -> None:
+        if self.setup is not None and self.setup.sandbox is not None:
+            self.setup.sandbox.close()
+
+
+def remote_grader(graders: list[Any], slack_s: float = 30.0) -> Any:
+    """The orchestrator's `remote_grade` over grading actors: round robin; a call that fails or runs past
+    the sample's grading timeout (+ slack) is an infrastructure-error verdict (the job is retried), and
+    a hung actor is killed so that Ray restarts it."""
+    import asyncio
+    import itertools
+
+    from honing.verify.batch import Graded
+    from honing.verify.reward import Reward
+    from honing.verify.types import Verdict
+
+    turn = itertools.count()
+
+    async def grade(task: Any, traj: Any, opts: Any) -> Any:
+        actor = graders[next(turn) % len(graders)]
+        try:
+            return await asyncio.wait_for(actor.grade.remote(task, traj, opts), timeout=opts.timeout_s + slack_s)
+        except asyncio.TimeoutError:
+            ray.kill(actor, no_restart=False)
+            why = f"no answer within {opts.timeout_s + slack_s:g} s (the actor is restarted)"
+        except rex.RayError as e:
+            why = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+        return Graded(Verdict.infra(f"grading actor: {why}"), Reward(0.0, {}), {})
+
+    return grade
+
+
 class RolloutActor:
     """The remote side (made a Ray actor by `ray.remote` in `make_ray_pool`)."""
 
-    def __init__(self, cfg_dict: dict, threads: int) -> None:
+    def __init__(self, cfg_dict: dict, threads: int, graders: list[Any] | None = None) -> None:
         import torch
 
         from honing.schedule.rollout_side import build
@@ -58,7 +115,7 @@ class RolloutActor:
         torch.set_num_threads(threads)
         self.error = ""
         try:
-            self.side = build(cfg_dict)
+            self.side = build(cfg_dict, remote_grader(graders) if graders else None)
         except HoningError as e:  # reported by ready(): an __init__ error would only say the actor died
             self.error = f"Ray rollout actor on {socket.gethostname()}: {e}"
 
@@ -87,11 +144,11 @@ class RaySlot:
     """One rollout actor as a pool slot. `pid` is the actor's process id once it has started."""
 
     def __init__(self, actor_cls: Any, cfg_dict: dict, threads: int, num_cpus: float,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, graders: list[Any] | None = None) -> None:
         opts: dict[str, Any] = {"num_cpus": num_cpus, "max_restarts": 0, "max_task_retries": 0}
         if env:
             opts["runtime_env"] = {"env_vars": dict(env)}
-        self.actor = actor_cls.options(**opts).remote(cfg_dict, threads)
+        self.actor = actor_cls.options(**opts).remote(cfg_dict, threads, graders)
         self.started = self.actor.ready.remote()
         self.pid: int | None = None
         self._refs: dict[int, tuple[Any, Any]] = {}
@@ -138,8 +195,8 @@ class RayPool(WorkerPool):
     """A `WorkerPool` of `RaySlot`s that checks free CPUs before it grows and shuts down the local
     cluster it started."""
 
-    def __init__(self, *args: Any, num_cpus: float, owns_cluster: bool, **kw: Any) -> None:
-        self.num_cpus, self.owns_cluster = num_cpus, owns_cluster
+    def __init__(self, *args: Any, num_cpus: float, owns_cluster: bool, graders: list[Any] = (), **kw: Any) -> None:
+        self.num_cpus, self.owns_cluster, self.graders = num_cpus, owns_cluster, list(graders)
         super().__init__(*args, **kw)
 
     def resize(self, n: int) -> None:
@@ -152,6 +209,11 @@ class RayPool(WorkerPool):
 
     def close(self) -> None:
         super().close()
+        for g in self.graders:
+            try:
+                ray.kill(g, no_restart=True)
+            except Exception:  # noqa: BLE001 - already gone
+                pass
         if self.owns_cluster and ray.is_initialized():
             ray.shutdown()
 
@@ -205,21 +267,50 @@ def connect(rc: Any) -> bool:
     return False
 
 
+def start_graders(rc: Any, cfg_dict: dict) -> list[Any]:
+    """`schedule.ray.grading_workers` grading actors (fractional CPUs), each ready; [] when none."""
+    if not rc.grading_workers:
+        return []
+    opts: dict[str, Any] = {"num_cpus": rc.grading_num_cpus, "max_restarts": -1, "max_task_retries": 2}
+    if rc.env:
+        opts["runtime_env"] = {"env_vars": dict(rc.env)}
+    cls = ray.remote(GradingActor)
+    graders = [cls.options(**opts).remote(cfg_dict) for _ in range(rc.grading_workers)]
+    try:
+        for g in graders:
+            try:
+                ray.get(g.ready.remote(), timeout=rc.call_timeout_s)
+            except rex.GetTimeoutError:
+                raise HoningError(f"a Ray grading actor did not start within {rc.call_timeout_s:g} s") from None
+            except rex.RayError as e:
+                cause = getattr(e, "cause", None)
+                raise HoningError(str(cause) if isinstance(cause, HoningError)
+                                  else f"a Ray grading actor failed to start: {e}") from None
+    except BaseException:
+        for g in graders:
+            ray.kill(g, no_restart=True)
+        raise
+    return graders
+
+
 def make_ray_pool(cfg: RunConfig) -> RayPool:
     """The rollout pool of a run with `schedule.workers: ray` (started, every actor ready)."""
     rc = cfg.schedule.ray
     owns = connect(rc)
     try:
         total = ray.cluster_resources().get("CPU", 0.0)
-        if rc.rollout_workers * rc.num_cpus > total + 1e-9:
-            raise HoningError(f"schedule.ray: {rc.rollout_workers} rollout workers x {rc.num_cpus:g} CPUs need "
-                              f"{rc.rollout_workers * rc.num_cpus:g} CPUs; the Ray cluster has {total:g}")
+        need = rc.rollout_workers * rc.num_cpus + rc.grading_workers * rc.grading_num_cpus
+        if need > total + 1e-9:
+            raise HoningError(f"schedule.ray: {rc.rollout_workers} rollout workers x {rc.num_cpus:g} CPUs and "
+                              f"{rc.grading_workers} grading workers x {rc.grading_num_cpus:g} CPUs need {need:g} "
+                              f"CPUs; the Ray cluster has {total:g}")
         cfg_dict = cfg.model_dump(mode="json")
         threads = cfg.schedule.worker_threads or max(1, int(rc.num_cpus))
         actor_cls = ray.remote(RolloutActor)
+        graders = start_graders(rc, cfg_dict)
 
         def make_slot() -> RaySlot:
-            return RaySlot(actor_cls, cfg_dict, threads, rc.num_cpus, rc.env)
+            return RaySlot(actor_cls, cfg_dict, threads, rc.num_cpus, rc.env, graders)
 
         slots = [make_slot() for _ in range(rc.rollout_workers)]
         try:
@@ -231,7 +322,7 @@ def make_ray_pool(cfg: RunConfig) -> RayPool:
             raise
         return RayPool(slots, make_slot, call_timeout_s=rc.call_timeout_s, snapshot=ray.put,
                        split=RolloutSplit(rc.tasks_per_request) if rc.tasks_per_request else None,
-                       num_cpus=rc.num_cpus, owns_cluster=owns)
+                       num_cpus=rc.num_cpus, owns_cluster=owns, graders=graders)
     except BaseException:
         if owns:
             ray.shutdown()

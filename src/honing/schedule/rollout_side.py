@@ -33,7 +33,7 @@ class LocalRollout:
     copy of the policy (worker processes, or stale generation in one process)."""
 
     def __init__(self, cfg: RunConfig, engine: TransformersEngine | None = None, tok: Any = None,
-                 setup: Any = None) -> None:
+                 setup: Any = None, remote_grade: Any = None) -> None:
         from honing.schedule.loop import build_tasks
 
         self.cfg = cfg
@@ -54,7 +54,7 @@ class LocalRollout:
         params = train_params(cfg)
         self.orch = Orchestrator(lambda tasks, seed: self.setup.roll_out(self.engine, self.tok, tasks, params, seed),
                                  self.setup.ctx, self.setup.reward, self.setup.grading, cfg.schedule.orchestration,
-                                 cost=CostModel(), max_batch_tasks=0)
+                                 cost=CostModel(), max_batch_tasks=0, remote_grade=remote_grade)
 
     def load_weights(self, state: dict[str, torch.Tensor] | None, version: int) -> None:
         self.engine.load_weights(state or None, version)
@@ -70,12 +70,18 @@ class LocalRollout:
             self.setup.sandbox.close()
 
 
-def build(cfg_dict: dict) -> LocalRollout:
-    """Worker-process factory: a LocalRollout with its own policy copy, from the run's config."""
+def worker_config(cfg_dict: dict) -> RunConfig:
+    """A worker's view of the run's config, with the parent's plugins registered (absolute paths by now)."""
     cfg = RunConfig.model_validate(cfg_dict)
     from honing.plugins import load_plugins
 
-    load_plugins(cfg.plugins)  # the parent's plugins (absolute paths by now) register here too
+    load_plugins(cfg.plugins)
     if cfg.run.deterministic:
         torch.use_deterministic_algorithms(True)
-    return LocalRollout(cfg)
+    return cfg
+
+
+def build(cfg_dict: dict, remote_grade: Any = None) -> LocalRollout:
+    """Worker-process factory: a LocalRollout with its own policy copy, from the run's config;
+    `remote_grade` grades single-turn samples elsewhere (Ray grading actors)."""
+    return LocalRollout(worker_config(cfg_dict), remote_grade=remote_grade)
