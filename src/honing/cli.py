@@ -87,6 +87,9 @@ def train(
         lines.insert(3, f"after SFT       pass@1 {summary['heldout_after_sft']['pass@1']:.3f}")
     lines += [f"steps           {summary['steps']}", f"wall time       {summary['wall_s']:.0f} s",
               f"samples/s (RL)  {summary['samples_per_s']:.2f}", f"checkpoint      {summary['final_checkpoint']}"]
+    if summary.get("health_events"):  # the run-health monitor (honing report RUN lists them)
+        names = sorted({e["name"] for e in summary["health_events"]})
+        lines.append(f"health events   {len(summary['health_events'])} ({', '.join(names)})")
     typer.echo("\n".join(lines))
 
 

@@ -415,10 +415,57 @@ class ScheduleConfig(_Node):
     """Rollout actors on Ray (schedule.workers=ray; `pip install honing[ray]`)."""
 
 
+HEALTH_EVENTS = ("heldout_drop", "length_collapse", "entropy_collapse", "non_correctness_gain", "infra_errors",
+                 "is_ratio")
+"""The run-health monitor's events (honing.schedule.health)."""
+
+
+class HealthConfig(_Node):
+    """The run-health monitor: windowed checks of each step's metrics (honing.schedule.health). A window check
+    compares the mean over the latest `window` steps with the mean over the run's first `window` steps."""
+
+    enabled: bool = True
+    """Watch the run and raise health events (progress line, state.sqlite, report, summary.json)."""
+    window: int = Field(8, gt=0)
+    """Steps per window: the first `window` RL steps are the baseline; checks start after 2 x `window` steps."""
+    heldout_ci: float = Field(0.95, gt=0, lt=1)
+    """heldout_drop: level of the paired bootstrap CI of held-out pass@1 (now minus the best evaluation so far)."""
+    heldout_reward_rise: float = Field(0.05, ge=0)
+    """heldout_drop: the rise in train reward (window mean now vs at the best evaluation) that, with held-out
+    pass@1 below the best evaluation's beyond its CI, raises the event (held-out runs every eval.every_steps
+    and at the end)."""
+    length_collapse: float = Field(0.4, gt=0, lt=1)
+    """length_collapse: latest window's mean completion length below this fraction of the first window's."""
+    entropy_collapse: float = Field(0.25, gt=0, lt=1)
+    """entropy_collapse: latest window's token entropy (train/neg_logprob, the mean -log p of the sampled
+    completion tokens) below this fraction of the first window's."""
+    layer_gain_share: float = Field(0.5, gt=0, le=1)
+    """non_correctness_gain: share of the reward gain (latest window vs first) contributed by one reward layer
+    other than a `component: correct` one (format, judge, a penalty going away); needs reward.layers."""
+    layer_min_gain: float = Field(0.05, ge=0)
+    """non_correctness_gain: the reward gain (latest window vs first) below which the check stays quiet."""
+    infra_rise: float = Field(0.1, gt=0, le=1)
+    """infra_errors: rise of the infrastructure-error share of rollout samples (attempts and retries included)."""
+    is_logratio_rise: float = Field(0.1, gt=0)
+    """is_ratio: rise of the mean |log IS ratio| between the trainer's and the engine's log-probs
+    (train/logprob_mismatch, logged when old log-probs are recomputed)."""
+    is_clip_rise: float = Field(0.1, gt=0, le=1)
+    """is_ratio: rise of the share of tokens whose IS ratio is clipped (train/clip_frac: the PPO/GSPO clip;
+    train/tis_clip_frac: above train.tis_cap)."""
+
+
 class RunOptions(_Node):
     deterministic: bool = False
     """Bitwise-reproducible runs on CPU (deterministic torch kernels, one fixed schedule): 2N steps equal N steps
     + kill + resume + N steps."""
+    health: HealthConfig = HealthConfig()
+    """Run-health monitor thresholds (events: heldout_drop, length_collapse, entropy_collapse,
+    non_correctness_gain, infra_errors, is_ratio)."""
+    halt_on: list[Literal[HEALTH_EVENTS]] = []  # type: ignore[valid-type]
+    """Health events that stop the run: after the step that raised one is committed and checkpointed, the run
+    exits (130) naming the event; `honing train --resume RUN` continues (an event halts again only after its
+    condition cleared and came back). Names: heldout_drop, length_collapse, entropy_collapse,
+    non_correctness_gain, infra_errors, is_ratio."""
 
 
 class RunConfig(_Node):
@@ -452,7 +499,7 @@ class RunConfig(_Node):
     schedule: ScheduleConfig = ScheduleConfig()
     """What to sample, when, where it runs (curriculum, priorities, domain balance, retries, asynchronous rollouts)."""
     run: RunOptions = RunOptions()
-    """Run-wide switches (deterministic mode)."""
+    """Run-wide switches (deterministic mode, the run-health monitor and the events that halt the run)."""
 
 
 # ---------------------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ def evaluate(engine: Engine, tokenizer: PreTrainedTokenizerBase, tasks: Sequence
     """
     if not tasks:
         return {"pass@1": float("nan"), "mean_reward": float("nan"), "n_tasks": 0, "infra_errors": 0,
-                "truncated_frac": 0.0, "per_domain_pass@1": {}, "examples": []}
+                "truncated_frac": 0.0, "per_domain_pass@1": {}, "per_task_pass@1": {}, "examples": []}
     trajs = (roll_out or (lambda e, tok, ts, p, sd: rollout(e, tok, ts, p, seed=sd)))(engine, tokenizer, tasks, params,
                                                                                       seed)
     per_task: dict[int, list] = defaultdict(list)
@@ -47,6 +47,7 @@ def evaluate(engine: Engine, tokenizer: PreTrainedTokenizerBase, tasks: Sequence
         "infra_errors": infra,
         "truncated_frac": sum(t.finish_reason == "length" for t in trajs) / len(trajs),
         "per_domain_pass@1": {d: sum(x) / len(x) for d, x in by_domain.items()},
+        "per_task_pass@1": {tasks[g].id: sum(v.passed for v in vs) / len(vs) for g, vs in sorted(per_task.items())},
         "examples": [{"task": tasks[t.group].question, "completion": t.completion_text, "task_id": tasks[t.group].id,
                       "domain": tasks[t.group].domain, "passed": g.verdict.passed, "score": g.verdict.score,
                       "details": g.verdict.details, "infra_error": g.verdict.infra_error}

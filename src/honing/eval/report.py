@@ -1,7 +1,8 @@
 """`honing report`: one self-contained report.html for a run directory or an evaluation JSON.
 
 Sections (each only when its data exists): reward and held-out pass@1 over steps, per-domain
-reward over steps, layer-by-layer reward (`reward/<domain>/<layer>` in metrics.jsonl),
+reward over steps, the run-health monitor's events (state.sqlite's `health_events`, else
+summary.json's), layer-by-layer reward (`reward/<domain>/<layer>` in metrics.jsonl),
 throughput and time split, per-domain evaluation tables with CIs, a comparison of the first
 and last evaluation, pass@k curves (every evaluation, so before/after overlay), and a
 trajectory browser over every graded training trajectory in the run's shards
@@ -20,6 +21,7 @@ import io
 import json
 import math
 import re
+import sqlite3
 from collections import defaultdict
 from pathlib import Path
 from typing import Any, Optional, Sequence
@@ -53,6 +55,38 @@ def _series(rows: Sequence[dict], key: str) -> tuple[list[float], list[float]]:
             xs.append(r.get("step", len(xs)))
             ys.append(float(v))
     return xs, ys
+
+
+def read_health(run: Optional[Path], summary: Optional[dict]) -> list[dict]:
+    """The run-health events: state.sqlite's `health_events` (read-only; a run of an older honing has
+    none), else summary.json's `health_events`."""
+    path = run / "state.sqlite" if run is not None else None
+    if path is not None and path.is_file():
+        try:
+            db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+            try:
+                return [{"step": s, "name": n, "severity": sev, "message": m, "values": json.loads(v), "at": at}
+                        for s, n, sev, m, v, at in db.execute(
+                            "SELECT step, name, severity, message, values_json, at FROM health_events ORDER BY id")]
+            finally:
+                db.close()
+        except (sqlite3.Error, ValueError):
+            pass
+    return [e for e in (summary or {}).get("health_events") or [] if isinstance(e, dict)]
+
+
+def health_table(events: Sequence[dict]) -> Optional[str]:
+    if not events:
+        return None
+    rows = "".join(
+        f"<tr><td>{e.get('step')}{' (final eval)' if e.get('at') == 'final_eval' else ''}</td>"
+        f"<td>{html.escape(str(e.get('name')))}</td>"
+        f"<td class='{'bad' if e.get('severity') == 'halt' else ''}'>{html.escape(str(e.get('severity')))}</td>"
+        f"<td>{html.escape(str(e.get('message')))}</td></tr>" for e in events)
+    return ("<p>Warning signs raised while the run trained (honing.schedule.health; thresholds in "
+            "<code>run.health</code>, severity <code>halt</code> for events in <code>run.halt_on</code>).</p>"
+            "<table class=metrics><thead><tr><th>step</th><th>event</th><th>severity</th><th>what</th></tr></thead>"
+            f"<tbody>{rows}</tbody></table>")
 
 
 # --- plots ----------------------------------------------------------------------------------------
@@ -353,6 +387,11 @@ def build_html(title: str, rows: Sequence[dict], evals: Sequence[tuple[str, dict
                      f"{html.escape(str(m.get('suite')))}@v{m.get('suite_version')}, {m.get('n_tasks')} tasks × "
                      f"{m.get('samples_per_task')} samples" + (" (INCOMPLETE)" if m.get("incomplete") else ""))
     parts.append(_section("Training", _figure(plot_training(rows), "training"), "training"))
+    health = read_health(run, summary)
+    if health:
+        names = ", ".join(sorted({str(e.get("name")) for e in health}))
+        facts.append(f"{len(health)} health event(s): {html.escape(names)}")
+    parts.append(_section("Run health", health_table(health), "health"))
     parts.append(_section("Reward by layer", _figure(plot_layers(rows), "layers"), "layers"))
     parts.append(_section("Throughput and time split", _figure(plot_time(rows), "time"), "time"))
     sched = plot_schedule(rows)

@@ -28,6 +28,7 @@ from honing.engine.factory import describe_engine
 from honing.eval import evaluate
 from honing.models import load_policy
 from honing.schedule.orchestrate import CostModel
+from honing.schedule.health import HealthMonitor, tag as health_tag
 from honing.schedule.pipeline import Pipeline, StepBatch
 from honing.schedule.progress import Progress
 from honing.schedule.reporters import check_reporters
@@ -197,6 +198,8 @@ class Run:
                           report_to=cfg.report_to, config=cfg.model_dump(mode="json"), name=run_dir.name,
                           resume=self.resume_row is not None)
         self.ckpt_root = run_dir / "checkpoints"
+        self.health = HealthMonitor(cfg.run.health, cfg.run.halt_on, cfg.reward, cfg.tasks.samples_per_prompt)
+        self.halting: list[dict] = []  # this step's events named in run.halt_on (the run stops after it)
         self.samples_total, self.rl_time = 0, 0.0  # RL samples and seconds (summary's samples/s)
         self.stop: Any = None
         self.callbacks: Sequence[Callable[[int, dict], Any]] = ()
@@ -222,6 +225,7 @@ class Run:
             res = evaluate(engine, self.tok, self.setup.heldout, params, self.setup.ctx, seed=c.seed + 7,
                            opts=self.setup.grading, roll_out=self.setup.roll_out)
         res["weights"] = which
+        self.health.observe_heldout(step, res)
         per_domain = {f"heldout/{d}/pass@1": v for d, v in res.get("per_domain_pass@1", {}).items()}
         self.progress.note(f"held-out {label}: pass@1 {res['pass@1']:.3f}  mean reward {res['mean_reward']:.3f}"
                            f"  ({which})")
@@ -254,7 +258,7 @@ class Run:
 
     def scheduler_state(self) -> dict:
         return {"sampler": self.setup.sampler.state_dict(), "cost": self.cost.state_dict(),
-                "pipeline": self.pipeline.state_dict()}
+                "pipeline": self.pipeline.state_dict(), "health": self.health.state_dict()}
 
     def weights(self) -> dict[str, torch.Tensor]:
         """The policy's current weights for the rollout worker ({} in one process: shared module)."""
@@ -288,12 +292,16 @@ def _train(cfg: RunConfig, run_dir: Path, show_progress: bool, resume: bool, fro
         bar = r.progress.bar("RL", cfg.train.steps, completed=start)
         for step in range(start + 1, cfg.train.steps + 1):
             batch, metrics, outcomes = rl_step(r, step)                        # rollouts, advantages, update, sync
-            ckpt_step = commit(r, step, batch, metrics, outcomes)              # checkpoint, commit, log
+            health = check_health(r, step, metrics)                            # run-health events (health.py)
+            ckpt_step = commit(r, step, batch, metrics, outcomes, health)      # checkpoint, commit, log
             bar.advance(f"reward {metrics['train/reward']:.2f}  pass {metrics['train/pass_rate']:.2f}  "
-                        f"{metrics['time/step_s']:.1f}s/step")
+                        f"{metrics['time/step_s']:.1f}s/step" + health_tag(health))
             if r.stop.requested and step < cfg.train.steps and ckpt_step == step:
                 stop_early(r, step)                                            # a signal: stop, checkpointed
+            if r.halting and step < cfg.train.steps:
+                halt_on_health(r, step)                                        # run.halt_on: stop, checkpointed
         after = final_eval(r)
+        final_health(r)                                                        # the final evaluation's check
     return write_summary(r, after, start, t_start)
 
 
@@ -348,6 +356,7 @@ def start_rl(r: Run, m0: dict[str, float]) -> int:
         r.log.log(0, m0)
         return start
     c = r.resume_row                                                       # resume: back to a checkpoint
+    r.health.load_state_dict(c["scheduler"].get("health"))                 # (None: older honing, starts again)
     if c["checkpoint"] != INITIAL:
         load_weights_into(trainer, Path(c["checkpoint"]))
         load_trainer_state(trainer, Path(c["checkpoint"]))
@@ -404,13 +413,15 @@ def rl_step(r: Run, step: int) -> tuple[StepBatch, dict[str, float], list[Outcom
     return batch, metrics, outcomes
 
 
-def commit(r: Run, step: int, batch: StepBatch, metrics: dict[str, float], outcomes: list[Outcome]) -> int | None:
-    """Checkpoint when due (or on a stop request), commit the step to state.sqlite in one transaction,
-    log it and run the callbacks. Returns the step of the checkpoint a resume would start from."""
+def commit(r: Run, step: int, batch: StepBatch, metrics: dict[str, float], outcomes: list[Outcome],
+           health: Sequence[dict] = ()) -> int | None:
+    """Checkpoint when due (or on a stop request or a halting health event), commit the step and its
+    health events to state.sqlite in one transaction, log it and run the callbacks. Returns the step
+    of the checkpoint a resume would start from."""
     cfg, state, progress = r.cfg, r.state, r.progress
     every = cfg.checkpoint.every_steps
     ckpt, ckpt_step, sched = None, None, None
-    if step == cfg.train.steps or (every and step % every == 0) or r.stop.requested:
+    if step == cfg.train.steps or (every and step % every == 0) or r.stop.requested or r.halting:
         r.pipeline.drain()  # open requests become ready batches, so a resume finds them
         name = "final" if step == cfg.train.steps else f"step-{step}"
         with progress.phase(f"checkpoint step {step}"):
@@ -427,7 +438,7 @@ def commit(r: Run, step: int, batch: StepBatch, metrics: dict[str, float], outco
     state.commit_step(step, step, ckpt, ckpt_step, sched, metrics,
                       [(o.task_id, o.domain, o.samples, o.successes, o.mean_reward * o.samples)
                        for o in outcomes], used, batch.consumed, r.setup.sampler.drain_events(),
-                      keep_checkpoints=cfg.checkpoint.keep_last)
+                      keep_checkpoints=cfg.checkpoint.keep_last, health=health)
     r.log.log(step, metrics)
     for cb in r.callbacks:
         cb(step, metrics)
@@ -446,6 +457,41 @@ def stop_early(r: Run, step: int) -> None:
     r.state.close()
     raise StoppedEarly(f"stopped on {r.stop.requested} after step {step} (checkpointed); continue with "
                        f"`honing train --resume {r.dir}`")
+
+
+# --- the run-health monitor (schedule/health.py) -----------------------------------------------------
+
+def _note_health(r: Run, events: Sequence[dict]) -> None:
+    for e in events:
+        r.progress.note(f"health {e['severity']}: step {e['step']}: {e['name']}: {e['message']}")
+
+
+def check_health(r: Run, step: int, metrics: dict[str, float]) -> list[dict]:
+    """This step's health events (noted on the console; committed with the step). An event named in
+    run.halt_on makes this step a checkpoint and stops the run after it."""
+    events = r.health.observe(step, metrics)
+    _note_health(r, events)
+    r.halting = [e for e in events if e["severity"] == "halt"]
+    return events
+
+
+def halt_on_health(r: Run, step: int) -> None:
+    """Stop after a step whose health events include one in run.halt_on (committed and checkpointed)."""
+    r.worker.close()
+    r.log.close("stopped")
+    r.state.close()
+    what = "; ".join(f"{e['name']}: {e['message']}" for e in r.halting)
+    raise StoppedEarly(f"stopped by the run-health monitor after step {step} (checkpointed), on "
+                       f"{', '.join(e['name'] for e in r.halting)} (run.halt_on): {what}. Continue with "
+                       f"`honing train --resume {r.dir}` (an event halts again only after its condition clears "
+                       f"and returns)")
+
+
+def final_health(r: Run) -> None:
+    """The held-out check of the evaluation after the last step (stored with at='final_eval')."""
+    events = r.health.check_heldout(r.cfg.train.steps)
+    _note_health(r, events)
+    r.state.set_final_health(r.cfg.train.steps, events)
 
 
 def final_eval(r: Run) -> dict:
@@ -475,6 +521,7 @@ def write_summary(r: Run, after: dict, start: int, t_start: float) -> dict[str, 
         "contamination_warning": r.contamination,
         "examples_after": after["examples"],
         "state": state.counts(),
+        "health_events": state.health_events(),
     }
     state.close()
     atomic_write_text(r.dir / "summary.json", json.dumps(summary, indent=2))

@@ -133,14 +133,18 @@ def verify_and_score(trajs: list[Trajectory], tasks: Sequence[Task], setup: Setu
 
 def batch_scores(trajs: Sequence[Trajectory], groups: Sequence[Sequence[Trajectory]]) -> dict[str, float]:
     """What a step trained on: mean reward and pass rate, groups solved by none / all samples,
-    completion length and the truncated fraction."""
+    completion length, the truncated fraction, and `neg_logprob`: the mean -log p of the sampled
+    completion tokens (loss-masked), a Monte-Carlo estimate of the sampling distribution's per-token
+    entropy (E_x~p[-log p(x)] = H(p)) that costs nothing: the engine already returned the log-probs."""
     n = max(len(trajs), 1)
+    nll = [(-lp, m) for t in trajs for lp, m in zip(t.logprobs, t.loss_mask)]
     return {"reward": sum(t.reward for t in trajs) / n,
             "pass_rate": sum(bool(t.verdict and t.verdict.passed) for t in trajs) / n,
             "solve_none_frac": sum(all(x.reward == 0 for x in g) for g in groups) / max(len(groups), 1),
             "solve_all_frac": sum(all(x.verdict.passed for x in g) for g in groups) / max(len(groups), 1),
             "completion_len": sum(len(t.completion_ids) for t in trajs) / n,
-            "truncated_frac": sum(t.finish_reason == "length" for t in trajs) / n}
+            "truncated_frac": sum(t.finish_reason == "length" for t in trajs) / n,
+            "neg_logprob": sum(x * m for x, m in nll) / max(sum(m for _, m in nll), 1)}
 
 
 def informative_groups(trajs: list[Trajectory], group_size: int) -> tuple[list[Trajectory], int]:
