@@ -205,6 +205,9 @@ def train(config: str | Path | RunConfig | Mapping[str, Any] | None = None, over
                           "or set schedule.workers=inprocess")
     build_tasks(cfg)  # bad names, params and verifiers fail here, before anything is written
     resolve_model_dir(cfg.model.name)
+    from honing.train.demos import check_source
+
+    check_source(cfg)  # a missing or malformed demonstration file too
     run_dir = Path(out) if out is not None else default_run_dir(cfg, stem)
     if on_start is not None:
         on_start()

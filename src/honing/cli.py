@@ -93,6 +93,52 @@ def train(
     typer.echo("\n".join(lines))
 
 
+@app.command("sft", context_settings={"allow_extra_args": False})
+def sft_cmd(
+    overrides: Optional[list[str]] = typer.Argument(None, help="Dotted overrides, e.g. sft.steps=200"),
+    config: Optional[str] = typer.Option(None, "--config", "-c", help="Recipe path or name in configs/ (default: quickstart)"),
+    data: Optional[str] = typer.Option(None, "--data", help="Demonstrations: reference, rejection, teacher:SPEC "
+                                       "(model spec, or http://HOST/v1#MODEL) or file:PATH (JSONL/Parquet transcripts)"),
+    out: Optional[Path] = typer.Option(None, "--out", help="Run directory (default: runs/<name>)"),
+    no_progress: bool = typer.Option(False, "--no-progress", help="No progress bars: plain lines instead"),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars and no per-step lines"),
+    resume: Optional[Path] = typer.Option(None, "--resume", help="Continue the SFT run in this directory"),
+) -> None:
+    """Supervised fine-tuning on graded demonstrations: a recipe's SFT stage alone (train.steps=0).
+
+    Writes a run directory like `honing train` (demos.jsonl with every demonstration's source and
+    verdict, checkpoints/sft); start RL from it with `honing train model.name=<run>/checkpoints/sft`."""
+    from honing.config import load_config
+
+    if resume is not None:
+        if config or overrides or out or data:
+            raise HoningError("--resume takes the run's own config.yaml; drop --config, --data, --out and overrides")
+        if not (resume / "config.yaml").is_file():
+            raise HoningError(f"--resume {resume}: no config.yaml there (is it a run directory?)")
+        config = str(resume / "config.yaml")
+    extra = [f"sft.source={data}"] if data else []
+    cfg, path = load_config(config, [*(overrides or []), *extra, "train.steps=0"])
+    if cfg.sft.steps == 0:
+        raise HoningError(f"sft.steps is 0 in {path}: nothing to train (set sft.steps=N)")
+    from honing import api
+    from honing.schedule.loop import default_run_dir
+
+    run_dir = resume or out or default_run_dir(cfg, f"{path.stem}-sft")
+    bars = not (no_progress or quiet) and sys.stderr.isatty() or _force_progress()
+    summary = api.train(cfg, out=run_dir, show_progress=bars, resume=resume is not None,
+                        plain_progress=not bars and not quiet,
+                        on_start=lambda: typer.echo(f"honing sft: {path}, demonstrations {cfg.sft.source}, "
+                                                    f"model {cfg.model.name}, run directory {run_dir}", err=True))
+    b, a = summary["heldout_before"], summary["heldout_after_sft"] or summary["heldout_after"]
+    counts = (summary.get("sft") or {}).get("counts", {})
+    typer.echo("\n".join([
+        "", f"run directory   {run_dir}", f"demonstrations  {cfg.sft.source}: "
+        + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())),
+        f"held-out tasks  {a['n_tasks']}", f"pass@1          {b['pass@1']:.3f} -> {a['pass@1']:.3f}",
+        f"mean reward     {b['mean_reward']:.3f} -> {a['mean_reward']:.3f}",
+        f"wall time       {summary['wall_s']:.0f} s", f"checkpoint      {summary['final_checkpoint']}"]))
+
+
 def _force_progress() -> bool:
     return os.environ.get("HONING_PROGRESS", "") == "1"
 

@@ -266,7 +266,36 @@ class TrainConfig(_Node):
 
 class SFTConfig(_Node):
     steps: int = Field(0, ge=0)
-    """Warm-start SFT steps on demonstrations built from training tasks' reference answers (0: off)."""
+    """Warm-start SFT steps on graded demonstrations before RL (0: off; `honing sft` runs this stage alone)."""
+    source: str = "reference"
+    """Where demonstrations come from: reference (the tasks' own solvers), rejection (best-of-n of the policy,
+    verified), teacher:SPEC (a model spec, or an endpoint http://HOST/v1#MODEL), file:PATH (JSONL/Parquet chat
+    transcripts). Every one is graded by the task's verifier and screened against the held-out tasks."""
+    tasks: int = Field(0, ge=0)
+    """Training tasks to draw demonstrations from (0: batch_size x 8)."""
+    samples: int = Field(8, gt=0)
+    """Samples per task for rejection and teacher sources (best-of-n)."""
+    temperature: float = Field(1.0, ge=0)
+    """Sampling temperature for rejection and teacher sources."""
+    keep: Literal["best", "all"] = "best"
+    """Rejection/teacher: keep the best passing sample per task, or every passing one."""
+    allow_ungraded: bool = False
+    """file source: train on transcripts that carry no task to grade them with (marked ungraded)."""
+    refuse_contaminated: bool = True
+    """Refuse demonstrations that overlap a held-out task (same question, 13-gram or MinHash near-duplicate).
+    Off only where train and held-out share a tiny question space on purpose (configs/smoke.yaml)."""
+    lora: bool = False
+    """Train the SFT stage through LoRA adapters (model.lora's shape), merged into the weights afterwards."""
+    checkpoint_every: int = Field(0, ge=0)
+    """Save the SFT stage's progress (weights + optimizer) every N steps so a killed run resumes mid-SFT (0: off)."""
+
+    @model_validator(mode="after")
+    def _check_source(self) -> "SFTConfig":
+        kind, _, arg = self.source.partition(":")
+        if not ((kind in ("reference", "rejection") and not arg) or (kind in ("teacher", "file") and arg)):
+            raise ValueError(f"sft.source={self.source!r}: unknown demonstration source (valid: reference, "
+                             "rejection, teacher:SPEC, file:PATH)")
+        return self
     learning_rate: float = Field(1e-3, gt=0)
     """SFT learning rate."""
     batch_size: int = Field(16, gt=0)

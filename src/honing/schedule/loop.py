@@ -37,12 +37,13 @@ from honing.schedule.resume import (INITIAL, choose_step, load_model_weights, lo
 from honing.schedule.rollout_side import LocalRollout, eos_ids_of
 from honing.schedule.runlog import RunLog, atomic_write_text, prune_checkpoints, save_checkpoint
 from honing.schedule.sampler import Outcome, TaskSampler
+from honing.schedule.sft_stage import DEMOS, PROGRESS as SFT_PROGRESS, clear_progress as clear_sft_progress
+from honing.schedule.sft_stage import run_sft_stage
 from honing.schedule.setup import (Setup, batch_scores, build_tasks, check_heldout_overlap, informative_groups,
                                    layer_means, multiturn_config, seed_everything, verify_and_score)
 from honing.schedule.state import RunState
 from honing.train import PolicyTrainer, check_train_config, compute_advantages
 from honing.train.distributed import make_trainer
-from honing.train.sft import demonstrations, sft
 
 __all__ = ["Setup", "build_tasks", "check_heldout_overlap", "default_run_dir", "informative_groups", "layer_means",
            "multiturn_config", "seed_everything", "train", "verify_and_score"]
@@ -181,16 +182,18 @@ class Run:
         self.progress = Progress(enabled=show_progress, plain=plain_progress)
         self.resume_row: dict | None = None
         run_dir.mkdir(parents=True, exist_ok=True)
+        wiped = False
         if resume and (run_dir / "state.sqlite").exists():
             self.state = open_state(run_dir)
             if self.state.last_step() is None:  # killed before the first commit: start again
                 self.state.close()
-                self._wipe()
-                resume = False
+                self._wipe(keep_sft_progress=True)  # (an SFT stage with progress saved continues)
+                resume, wiped = False, True
             else:
                 self.resume_row = choose_step(self.state, run_dir, from_step)
         if not self.resume_row:
-            self._wipe()
+            if not wiped:
+                self._wipe()
             self.state = RunState(run_dir / "state.sqlite", create=True)
         atomic_write_text(run_dir / "config.yaml", dump_config(cfg))
         self._rewrite_metrics(self.resume_row["step"] if self.resume_row else -1)
@@ -202,13 +205,18 @@ class Run:
         self.halting: list[dict] = []  # this step's events named in run.halt_on (the run stops after it)
         self.samples_total, self.rl_time = 0, 0.0  # RL samples and seconds (summary's samples/s)
         self.stop: Any = None
+        self.after_sft: dict | None = None  # the SFT stage's held-out result (a fresh run with sft.steps)
         self.callbacks: Sequence[Callable[[int, dict], Any]] = ()
 
-    def _wipe(self) -> None:
+    def _wipe(self, keep_sft_progress: bool = False) -> None:
+        """A fresh start in this directory. `keep_sft_progress`: a resume of a run killed during its SFT
+        stage (before step 0 committed) keeps the stage's demonstrations and progress."""
+        keep = (DEMOS,) if keep_sft_progress and (self.dir / SFT_PROGRESS / "state.pt").exists() else ()
         for name in ("state.sqlite", "state.sqlite-wal", "state.sqlite-shm", "metrics.jsonl", "summary.json",
-                     "reporters.json"):
-            (self.dir / name).unlink(missing_ok=True)
-        for sub in ("trajectories", "tb", "checkpoints", "wandb", "mlruns"):
+                     "reporters.json", DEMOS):
+            if name not in keep:
+                (self.dir / name).unlink(missing_ok=True)
+        for sub in ("trajectories", "tb", "checkpoints", "wandb", "mlruns") + (() if keep else (SFT_PROGRESS,)):
             shutil.rmtree(self.dir / sub, ignore_errors=True)
 
     def _rewrite_metrics(self, upto: int) -> None:
@@ -306,24 +314,19 @@ def _train(cfg: RunConfig, run_dir: Path, show_progress: bool, resume: bool, fro
 
 
 def warm_start(r: Run) -> dict[str, float]:
-    """A fresh run: held-out evaluation of the initial policy, then the SFT warm start when asked for.
-    Returns step 0's metrics."""
-    cfg, setup, progress = r.cfg, r.setup, r.progress
+    """A fresh run: held-out evaluation of the initial policy, then the SFT stage when asked for
+    (graded demonstrations, sft_stage.py). Returns step 0's metrics."""
+    cfg = r.cfg
     before, m0 = r.evaluate(0, "before")
     after_sft = None
     if cfg.sft.steps:
-        demo_tasks = TaskSampler(setup.sources, [s.weight for s in cfg.tasks.sources], cfg.tasks.train_seed + 1,
-                                 setup.exclude).next(cfg.sft.batch_size * 8)
-        demos = demonstrations(r.tok, demo_tasks, cfg.sft.response_template, r.eos[0])
-        bar = progress.bar("SFT warm start", cfg.sft.steps, every_s=10.0)
-        losses = sft(r.model, demos, r.tok.pad_token_id, cfg.sft.steps, cfg.sft.learning_rate,
-                     cfg.sft.batch_size, cfg.model.bf16_autocast, cfg.seed,
-                     on_step=lambda s, l: bar.advance(f"loss {l:.3f}"), pack_tokens=cfg.sft.pack_tokens)
-        m0["sft/final_loss"] = losses[-1]
+        m0.update(run_sft_stage(r))
         r.engine.load_weights(None, version=0)  # an engine with its own copy serves the SFT weights
         after_sft, m_sft = r.evaluate(0, "after SFT")
         m0.update({f"after_sft/{key}": v for key, v in m_sft.items()})
         save_checkpoint(r.ckpt_root / "sft", r.model, r.tok, {}, 0)
+        clear_sft_progress(r.dir)
+    r.after_sft = after_sft
     r.state.set_meta("heldout_before", {key: before[key] for key in HELDOUT_KEYS})
     r.state.set_meta("heldout_after_sft", {key: after_sft[key] for key in HELDOUT_KEYS} if after_sft else None)
     return m0
@@ -496,6 +499,8 @@ def final_health(r: Run) -> None:
 
 def final_eval(r: Run) -> dict:
     phase("final_eval", r.cfg.train.steps)
+    if r.cfg.train.steps == 0 and r.after_sft is not None:  # `honing sft`: the SFT stage's evaluation is final
+        return r.after_sft
     after, m_after = r.evaluate(r.cfg.train.steps, "after")
     r.log.log(r.cfg.train.steps, m_after)
     for cb in r.callbacks:
@@ -517,7 +522,8 @@ def write_summary(r: Run, after: dict, start: int, t_start: float) -> dict[str, 
         "resumed_from_step": start if r.resume_row else None,
         "wall_s": round(time.time() - t_start, 2),
         "samples_per_s": r.samples_total / r.rl_time if r.rl_time else 0.0,
-        "final_checkpoint": str(r.ckpt_root / "final"),
+        "final_checkpoint": str(r.ckpt_root / ("final" if r.cfg.train.steps else "sft")),
+        "sft": state.meta("sft"),
         "contamination_warning": r.contamination,
         "examples_after": after["examples"],
         "state": state.counts(),

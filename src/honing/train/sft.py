@@ -1,9 +1,17 @@
-"""Supervised warm start: loss only on assistant tokens, chat-template aware."""
+"""Supervised warm start: loss only on assistant tokens, chat-template aware.
+
+A demonstration is (prompt ids, completion ids, loss mask), exactly the token layout of an RL
+trajectory (`Trajectory.prompt_ids`, `completion_ids`, `loss_mask`): a multi-turn episode's
+completion interleaves assistant replies (mask 1) with the observations inserted after them
+(mask 0), so SFT trains on every assistant turn and on nothing the environment wrote. A plain
+(prompt, completion) pair is a demonstration with an all-ones mask.
+"""
 
 from __future__ import annotations
 
 import random
 from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -19,7 +27,30 @@ from honing.train.logprobs import (
 )
 from honing.train.losses import token_mean
 
-Demo = tuple[Sequence[int], Sequence[int]]
+Demo = tuple[Sequence[int], Sequence[int]]  # (prompt, completion), or with a third item: the loss mask
+
+
+def demo_parts(d: Any) -> tuple[Sequence[int], Sequence[int], Sequence[int]]:
+    """(prompt ids, completion ids, loss mask) of a demonstration: a (prompt, completion) pair, a
+    (prompt, completion, mask) triple, or anything with `prompt_ids`, `completion_ids` and
+    `loss_mask` (a Trajectory, a demos.Demonstration)."""
+    if hasattr(d, "completion_ids"):
+        p, c, m = d.prompt_ids, d.completion_ids, d.loss_mask
+    elif len(d) == 3:
+        p, c, m = d
+    else:
+        p, c = d
+        m = ()
+    if not m:
+        m = (1,) * len(c)
+    if len(m) != len(c):
+        raise ValueError(f"loss mask has {len(m)} entries for {len(c)} completion tokens")
+    return p, c, m
+
+
+def loss_tokens(d: Any) -> int:
+    """How many tokens of a demonstration the loss is taken on."""
+    return int(sum(demo_parts(d)[2]))
 
 
 def demonstrations(tokenizer: PreTrainedTokenizerBase, tasks: Sequence[Task], template: str,
@@ -42,7 +73,7 @@ def pack_demos(demos: Sequence[Demo], pack_tokens: int) -> list[list[int]]:
     A demo longer than `pack_tokens` gets a row of its own."""
     if pack_tokens <= 0:
         raise ValueError(f"pack_tokens must be > 0, got {pack_tokens}")
-    lengths = [len(p) + len(c) for p, c in demos]
+    lengths = [len(p) + len(c) for p, c, _ in map(demo_parts, demos)]
     rows: list[list[int]] = []
     free: list[int] = []
     for i in sorted(range(len(demos)), key=lambda j: (-lengths[j], j)):
@@ -66,10 +97,10 @@ def packed_layout(demos: Sequence[Demo], rows: Sequence[Sequence[int]],
                   pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Lay each row's demos end to end: (input_ids [R, L], position_ids [R, L], and for every
     response token in row/demo order: row index [N], column of the position predicting it [N],
-    token id [N]). Position ids restart at 0 for each demo and for the padding tail, which is
+    token id [N]; only tokens with loss mask 1). Position ids restart at 0 for each demo and for the padding tail, which is
     what makes transformers (>= 4.54: masking_utils.find_packed_sequence_indices, or the
     flash-attention varlen path) attend only within a demo when attention_mask is None."""
-    L = max(sum(len(demos[i][0]) + len(demos[i][1]) for i in row) for row in rows)
+    L = max(sum(len(demo_parts(demos[i])[0]) + len(demo_parts(demos[i])[1]) for i in row) for row in rows)
     ids = torch.full((len(rows), L), pad_id, dtype=torch.long)
     pos = torch.zeros((len(rows), L), dtype=torch.long)
     g_row: list[int] = []
@@ -78,15 +109,16 @@ def packed_layout(demos: Sequence[Demo], rows: Sequence[Sequence[int]],
     for r, row in enumerate(rows):
         s = 0
         for i in row:
-            p, c = demos[i]
+            p, c, m = demo_parts(demos[i])
             if not p:
                 raise ValueError(f"demonstration {i} has an empty prompt: its first response token has no context")
             n = len(p) + len(c)
             ids[r, s:s + n] = torch.tensor(list(p) + list(c), dtype=torch.long)
             pos[r, s:s + n] = torch.arange(n)
-            g_row += [r] * len(c)
-            g_col += range(s + len(p) - 1, s + n - 1)
-            tgt += list(c)
+            keep = [j for j in range(len(c)) if m[j]]  # only the loss-masked tokens are targets
+            g_row += [r] * len(keep)
+            g_col += [s + len(p) - 1 + j for j in keep]
+            tgt += [c[j] for j in keep]
             s += n
         pos[r, s:] = torch.arange(L - s)
     return ids, pos, *(torch.tensor(x, dtype=torch.long) for x in (g_row, g_col, tgt))
@@ -94,8 +126,8 @@ def packed_layout(demos: Sequence[Demo], rows: Sequence[Sequence[int]],
 
 def packed_logprobs(model: PreTrainedModel, demos: Sequence[Demo], rows: Sequence[Sequence[int]], pad_id: int,
                     chunk_tokens: int = 0) -> torch.Tensor:
-    """log p of every response token of the demos packed as `rows` (see pack_demos), flattened
-    in row order, then demo order within a row: shape [sum of the rows' response lengths].
+    """log p of every loss-masked response token of the demos packed as `rows` (see pack_demos),
+    flattened in row order, then demo order within a row: shape [the rows' loss-token count].
 
     One forward over [R, L] with no attention across demo boundaries, so each value equals the
     one computed with the demo alone. Only response positions go through the LM head; with
@@ -138,47 +170,64 @@ def _batch_losses(model: PreTrainedModel, batch: Sequence[Demo], pad_id: int, au
     """The batch's loss (mean NLL over all its response tokens) as parts, one per forward pass,
     each divided by the whole batch's token count: backward on each part accumulates exactly the
     gradient of the full batch. Yielded one at a time so only one forward's graph is alive."""
-    total = float(sum(len(c) for _, c in batch))
+    parts = [demo_parts(d) for d in batch]
+    total = float(sum(sum(m) for _, _, m in parts))
     if pack_tokens > 0:
-        lengths = [len(p) + len(c) for p, c in batch]
+        lengths = [len(p) + len(c) for p, c, _ in parts]
         for rows in _row_groups(pack_demos(batch, pack_tokens), lengths, micro_batch_tokens):
             with autocast_ctx(autocast, model.device):
                 logp = packed_logprobs(model, batch, rows, pad_id, chunk_tokens=chunk_tokens)
             yield -logp.sum() / max(total, 1.0)
         return
-    groups = (token_budget_batches([(len(p), len(c)) for p, c in batch], micro_batch_tokens)
+    groups = (token_budget_batches([(len(p), len(c)) for p, c, _ in parts], micro_batch_tokens)
               if micro_batch_tokens else [list(range(len(batch)))])
     for idx in groups:
-        micro = [batch[i] for i in idx]
+        micro = [parts[i] for i in idx]
         with autocast_ctx(autocast, model.device):
             logp, mask = completion_logprobs(model, [b[0] for b in micro], [b[1] for b in micro], pad_id,
                                              chunk_tokens=chunk_tokens)
-        yield -token_mean(logp, mask, total_tokens=total)
+        demo_mask = torch.zeros_like(mask)
+        for row, (_, _, m) in enumerate(micro):
+            demo_mask[row, :len(m)] = torch.tensor(m, dtype=mask.dtype)
+        yield -token_mean(logp, mask * demo_mask, total_tokens=total)
 
 
-def sft(model: PreTrainedModel, demos: Sequence[tuple[list[int], list[int]]], pad_id: int, steps: int,
+def sft(model: PreTrainedModel, demos: Sequence[Any], pad_id: int, steps: int,
         learning_rate: float, batch_size: int, bf16_autocast: bool, seed: int = 0,
         on_step: Callable[[int, float], None] | None = None, micro_batch_tokens: int = 0,
-        chunk_tokens: int = 0, pack_tokens: int = 0) -> list[float]:
-    """Mean token NLL minimised with AdamW over `steps` random batches. Returns the losses.
+        chunk_tokens: int = 0, pack_tokens: int = 0, start_step: int = 0,
+        optimizer_state: dict | None = None,
+        on_checkpoint: Callable[[int, dict], None] | None = None, checkpoint_every: int = 0) -> list[float]:
+    """Mean token NLL minimised with AdamW over `steps` random batches. Returns the losses of the
+    steps run (start_step..steps-1).
 
-    micro_batch_tokens > 0 packs each batch into length-bucketed micro-batches of at most that
-    many padded tokens (gradients accumulated, divided by the batch's token count: the same
-    update); chunk_tokens > 0 computes log-probs in chunks (see completion_logprobs).
+    A demonstration is anything `demo_parts` reads; the loss is on its loss-masked completion
+    tokens only. micro_batch_tokens > 0 packs each batch into length-bucketed micro-batches of at
+    most that many padded tokens (gradients accumulated, divided by the batch's token count: the
+    same update); chunk_tokens > 0 computes log-probs in chunks (see completion_logprobs).
 
     pack_tokens > 0 packs each batch's demonstrations end to end into rows of at most that many
     tokens (pack_demos), attention confined to each demo and position ids restarting per demo,
     so the loss and its gradient equal the unpacked ones with (almost) no padding; with
     micro_batch_tokens > 0 as well, the rows run in forwards of at most that many tokens.
+
+    Resuming: `start_step` > 0 with the `optimizer_state` a checkpoint saved continues exactly
+    where that run was (the batch order is a pure function of `seed` and the step).
+    `on_checkpoint(step, {"optimizer": ...})` is called every `checkpoint_every` steps.
     """
     rng = random.Random(seed)
+    pool = list(demos)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=learning_rate)
+    if optimizer_state:
+        opt.load_state_dict(optimizer_state)
     autocast = bf16_autocast and bf16_supported(model.device)
     model.train()
     losses = []
     for step in range(steps):
-        batch = rng.sample(list(demos), min(batch_size, len(demos)))
+        batch = rng.sample(pool, min(batch_size, len(pool)))
+        if step < start_step:  # a resumed run: the same batches in the same order
+            continue
         loss = torch.zeros(())
         for part in _batch_losses(model, batch, pad_id, autocast, micro_batch_tokens, chunk_tokens, pack_tokens):
             part.backward()
@@ -189,5 +238,9 @@ def sft(model: PreTrainedModel, demos: Sequence[tuple[list[int], list[int]]], pa
         losses.append(float(loss.detach()))
         if on_step:
             on_step(step, losses[-1])
+        if on_checkpoint and checkpoint_every and (step + 1) % checkpoint_every == 0 and step + 1 < steps:
+            model.eval()
+            on_checkpoint(step + 1, {"optimizer": opt.state_dict()})
+            model.train()
     model.eval()
     return losses

@@ -1,0 +1,57 @@
+"""The SFT stage as a run (`honing sft` = the stage alone): a killed stage resumes exactly from its
+saved progress; LoRA SFT is merged into the weights that RL and the checkpoint start from."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from honing import api
+import honing.train.sft as sft_mod
+
+QUICK = ["train.steps=0", "sft.steps=9", "sft.batch_size=8", "sft.tasks=32", "eval.heldout_tasks=4",
+         "sft.checkpoint_every=3"]
+
+
+def _weights(run: Path) -> dict[str, torch.Tensor]:
+    return load_file(run / "checkpoints" / "sft" / "model.safetensors")
+
+
+def test_killed_sft_stage_resumes_to_the_same_weights(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    api.train("smoke", QUICK, out=a)
+    real, calls = sft_mod._batch_losses, {"n": 0}
+
+    def dies_at_step_8(*args, **kw):  # noqa: ANN002, ANN003
+        calls["n"] += 1
+        if calls["n"] == 8:
+            raise KeyboardInterrupt("killed")
+        return real(*args, **kw)
+
+    monkeypatch.setattr(sft_mod, "_batch_losses", dies_at_step_8)
+    with pytest.raises(KeyboardInterrupt):
+        api.train("smoke", QUICK, out=b)
+    assert torch.load(b / "sft-progress" / "state.pt", weights_only=False)["step"] == 6
+    monkeypatch.setattr(sft_mod, "_batch_losses", real)
+    summary = api.train(b / "config.yaml", out=b, resume=True)
+    assert summary["sft"]["resumed_at"] == 6 and len(summary["sft"]["losses"]) == 3
+    wa, wb = _weights(a), _weights(b)
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+    assert not (b / "sft-progress").exists()
+    demos = [json.loads(x) for x in (b / "demos.jsonl").read_text().splitlines()]
+    assert len(demos) == 32 and all(d["status"] == "kept" and d["source"] == "reference" for d in demos)
+
+
+def test_lora_sft_is_merged_into_the_checkpoint(tmp_path: Path) -> None:
+    from honing.models import load_policy
+
+    api.train("smoke", [*QUICK[:-1], "sft.lora=true", "sft.learning_rate=1e-2"], out=tmp_path / "r")
+    w = _weights(tmp_path / "r")
+    assert not any("lora" in k for k in w)  # a plain model: the adapters are folded in
+    base, _ = load_policy("tiny-random")
+    moved = [k for k, v in base.state_dict().items() if k in w and not torch.equal(v, w[k])]
+    assert moved and all(any(t in k for t in ("q_proj", "v_proj", "k_proj", "o_proj", "proj")) for k in moved)
