@@ -212,7 +212,31 @@ def sample_record(task: Task, traj: Any, index: int, answer: Optional[str]) -> d
                          "observation": t.observation_text[:4000]} for t in traj.turns]
     if traj.stop_reason:
         rec["stop_reason"] = traj.stop_reason
+    if traj.turns and traj.stats:
+        rec["episode"] = {k: int(v) for k, v in traj.stats.items()}
     return rec
+
+
+def episode_behaviour(samples: Sequence[dict]) -> dict[str, Any] | None:
+    """What multi-turn episodes did (None when there are none): the share that made a valid tool call,
+    that ran the tests, that saw a failing test run, and of those the share that passed in the end
+    (a correction round that worked); mean tool calls and correction rounds per episode."""
+    eps = [r for r in samples if r.get("episode") is not None and r["status"] != "infra_error"]
+    if not eps:
+        return None
+    n = len(eps)
+    st = [r["episode"] for r in eps]
+    failed_once = [r for r in eps if r["episode"].get("failed_test_runs", 0) > 0]
+    return {
+        "episodes": n,
+        "valid_tool_call": round(sum(x.get("tool_calls", 0) > x.get("failed_tool_calls", 0) for x in st) / n, 6),
+        "ran_tests": round(sum(x.get("test_runs", 0) > 0 for x in st) / n, 6),
+        "saw_failing_tests": round(len(failed_once) / n, 6),
+        "passed_after_failing_tests": (round(sum(r["passed"] for r in failed_once) / len(failed_once), 6)
+                                       if failed_once else None),
+        "mean_tool_calls": round(sum(x.get("tool_calls", 0) for x in st) / n, 4),
+        "mean_correction_rounds": round(sum(x.get("correction_rounds", 0) for x in st) / n, 4),
+    }
 
 
 # --- the evaluation ---------------------------------------------------------------------------
@@ -346,9 +370,14 @@ def summarise(tasks: Sequence[Task], per_task: Sequence[Sequence[dict]], k: int)
         by_dom[r["domain"]].append(r)
         if r["difficulty"] is not None:
             by_diff[r["domain"]][f"{r['difficulty']:.3g}"].append(r)
+    domains = {d: _metric_block(rs, k) for d, rs in by_dom.items()}
+    for d, block in domains.items():
+        beh = episode_behaviour([rec for recs in per_task for rec in recs if rec.get("domain") == d])
+        if beh is not None:
+            block["behaviour"] = beh
     return {
         "tasks": rows,
-        "domains": {d: _metric_block(rs, k) for d, rs in by_dom.items()},
+        "domains": domains,
         "overall": _metric_block(rows, k) if rows else {},
         "difficulty": {d: {lv: _metric_block(rs, k) for lv, rs in sorted(lvs.items())}
                        for d, lvs in by_diff.items() if len(lvs) > 1},
