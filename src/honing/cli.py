@@ -85,6 +85,7 @@ def train(
     ]
     if summary.get("heldout_after_sft"):
         lines.insert(3, f"after SFT       pass@1 {summary['heldout_after_sft']['pass@1']:.3f}")
+    lines += _ci_lines(summary.get("heldout_ci") or {})
     lines += [f"steps           {summary['steps']}", f"wall time       {summary['wall_s']:.0f} s",
               f"samples/s (RL)  {summary['samples_per_s']:.2f}", f"checkpoint      {summary['final_checkpoint']}"]
     if summary.get("health_events"):  # the run-health monitor (honing report RUN lists them)
@@ -136,7 +137,15 @@ def sft_cmd(
         + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())),
         f"held-out tasks  {a['n_tasks']}", f"pass@1          {b['pass@1']:.3f} -> {a['pass@1']:.3f}",
         f"mean reward     {b['mean_reward']:.3f} -> {a['mean_reward']:.3f}",
+        *_ci_lines(summary.get("heldout_ci") or {}),
         f"wall time       {summary['wall_s']:.0f} s", f"checkpoint      {summary['final_checkpoint']}"]))
+
+
+def _ci_lines(ci: dict) -> list[str]:
+    """The held-out stages' pass@1 with 95% CIs and their paired differences (summary heldout_ci)."""
+    stages = " ".join(f"{k} {m:.3f} [{lo:.3f}, {hi:.3f}]" for k, (m, lo, hi) in ci.get("pass@1", {}).items())
+    deltas = " ".join(f"{k} {d:+.3f} [{lo:+.3f}, {hi:+.3f}]" for k, (d, lo, hi) in ci.get("delta", {}).items())
+    return ([f"pass@1 95% CI   {stages}"] if stages else []) + ([f"paired delta    {deltas}"] if deltas else [])
 
 
 def _force_progress() -> bool:

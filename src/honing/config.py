@@ -286,6 +286,9 @@ class SFTConfig(_Node):
     Off only where train and held-out share a tiny question space on purpose (configs/smoke.yaml)."""
     lora: bool = False
     """Train the SFT stage through LoRA adapters (model.lora's shape), merged into the weights afterwards."""
+    micro_batch_tokens: int = Field(0, ge=0)
+    """Split each SFT batch into forwards of at most this many padded tokens, gradients accumulated (the same
+    update; bounds memory on long prompts such as finance statements). 0: one forward per batch."""
     checkpoint_every: int = Field(0, ge=0)
     """Save the SFT stage's progress (weights + optimizer) every N steps so a killed run resumes mid-SFT (0: off)."""
 

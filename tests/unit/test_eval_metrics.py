@@ -85,3 +85,18 @@ def test_paired_difference_flags_a_real_regression_only() -> None:
     assert d == 0 and lo <= 0 <= hi
     with pytest.raises(ValueError, match="same tasks"):
         diff_ci([1.0], [1.0, 0.0])
+
+
+def test_heldout_deltas_pairs_stages_over_shared_tasks() -> None:
+    from honing.eval.metrics import diff_ci, heldout_deltas
+
+    before = {"per_task_pass@1": {"a": 0.0, "b": 0.0, "c": 1.0, "d": 0.0}}
+    sft = {"per_task_pass@1": {"a": 1.0, "b": 0.0, "c": 1.0, "d": 1.0}}
+    after = {"per_task_pass@1": {"a": 1.0, "b": 1.0, "c": 1.0}}  # task d missing: pairs use a, b, c
+    out = heldout_deltas({"before": before, "after_sft": sft, "after": after, "skipped": None})
+    assert out["pass@1"]["before"][0] == 0.25 and out["pass@1"]["after_sft"][0] == 0.75
+    assert set(out["delta"]) == {"after_sft-before", "after-before", "after-after_sft"}
+    d, lo, hi = diff_ci([1.0, 0.0, 1.0], [1.0, 1.0, 1.0])
+    assert out["delta"]["after-after_sft"] == [round(d, 6), round(lo, 6), round(hi, 6)]
+    assert out["delta"]["after_sft-before"][0] == 0.5
+    assert heldout_deltas({"before": {"pass@1": 0.1}}) == {"pass@1": {}, "delta": {}}

@@ -100,3 +100,24 @@ def diff_ci(a: Sequence[float], b: Sequence[float], level: float = 0.95, n_boot:
     d = y - x
     lo, hi = bootstrap_ci(d, level, n_boot, seed)
     return float(d.mean()) if d.size else float("nan"), lo, hi
+
+
+def heldout_deltas(stages: dict[str, dict | None]) -> dict[str, dict]:
+    """A run's held-out stages ({"before": ..., "after_sft": ..., "after": ...}, each with
+    `per_task_pass@1`) -> pass@1 with a bootstrap 95% CI per stage, and the paired CI of every
+    later stage minus every earlier one over the tasks both share: {"pass@1": {stage: [mean, lo, hi]},
+    "delta": {"after-before": [delta, lo, hi], ...}}. Stages without per-task results are skipped."""
+    names = [k for k, v in stages.items() if v and v.get("per_task_pass@1")]
+    out: dict[str, dict] = {"pass@1": {}, "delta": {}}
+    for k in names:
+        vals = list(stages[k]["per_task_pass@1"].values())
+        lo, hi = bootstrap_ci(vals)
+        out["pass@1"][k] = [round(sum(vals) / len(vals), 6), round(lo, 6), round(hi, 6)]
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            pa, pb = stages[a]["per_task_pass@1"], stages[b]["per_task_pass@1"]
+            shared = [t for t in pa if t in pb]
+            if shared:
+                d, lo, hi = diff_ci([pa[t] for t in shared], [pb[t] for t in shared])
+                out["delta"][f"{b}-{a}"] = [round(d, 6), round(lo, 6), round(hi, 6)]
+    return out

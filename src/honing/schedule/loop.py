@@ -26,6 +26,7 @@ from honing.config import RunConfig, dump_config
 from honing.engine import SamplingParams, TransformersEngine, make_engine
 from honing.engine.factory import describe_engine
 from honing.eval import evaluate
+from honing.eval.metrics import heldout_deltas
 from honing.models import load_policy
 from honing.schedule.orchestrate import CostModel
 from honing.schedule.health import HealthMonitor, tag as health_tag
@@ -119,7 +120,7 @@ def policy_device(choice: str) -> torch.device:
     return torch.device("cuda" if choice != "cpu" and torch.cuda.is_available() else "cpu")
 
 
-HELDOUT_KEYS = ("pass@1", "mean_reward", "n_tasks", "infra_errors", "per_domain_pass@1", "weights")
+HELDOUT_KEYS = ("pass@1", "mean_reward", "n_tasks", "infra_errors", "per_domain_pass@1", "per_task_pass@1", "weights")
 
 
 def generates_in_driver(cfg: RunConfig) -> bool:
@@ -518,6 +519,9 @@ def write_summary(r: Run, after: dict, start: int, t_start: float) -> dict[str, 
         "heldout_after": {key: after[key] for key in HELDOUT_KEYS},
         "heldout_after_sft": state.meta("heldout_after_sft"),
         "heldout_weights": after["weights"],
+        "heldout_ci": heldout_deltas({"before": state.meta("heldout_before"),
+                                      "after_sft": state.meta("heldout_after_sft"),
+                                      "after": after if r.cfg.train.steps else None}),
         "steps": r.cfg.train.steps,
         "resumed_from_step": start if r.resume_row else None,
         "wall_s": round(time.time() - t_start, 2),

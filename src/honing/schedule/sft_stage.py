@@ -77,6 +77,7 @@ def run_sft_stage(r: Any) -> dict[str, float]:
     bar = r.progress.bar("SFT warm start", s.steps, completed=start, every_s=10.0)
     losses = sft(model, kept, r.tok.pad_token_id, s.steps, s.learning_rate, s.batch_size, cfg.model.bf16_autocast,
                  cfg.seed, on_step=lambda i, loss: bar.advance(f"loss {loss:.3f}"), pack_tokens=s.pack_tokens,
+                 micro_batch_tokens=s.micro_batch_tokens, chunk_tokens=cfg.train.logprob_chunk_tokens,
                  start_step=start, optimizer_state=opt_state, checkpoint_every=s.checkpoint_every,
                  on_checkpoint=lambda step, extra: _save_progress(r.dir, model, step, extra))
     if s.lora:  # the adapters folded into the weights: RL (and its KL reference) start from the SFT policy
