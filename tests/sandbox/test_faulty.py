@@ -15,7 +15,7 @@ from honing.rollout.types import Trajectory
 from honing.sandbox import ExecResult, Sandbox, SandboxError
 from honing.sandbox.core import BACKENDS, make_backend
 from honing.sandbox.faulty import FaultyBackend, parse_faulty
-from honing.tasks.code import CodeFunctionsSource
+from honing.tasks.code import CodeFunctionsSource, reference_solution
 from honing.verify import VerifyContext, get_verifier
 
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed")
@@ -109,7 +109,7 @@ def test_by_name_through_the_code_verifier() -> None:
     sb = Sandbox("faulty:bwrap:fail=1,seed=0", max_concurrency=1)
     assert sb.backend.name == "faulty:bwrap" and isinstance(sb.backend, FaultyBackend)
     task = CodeFunctionsSource({"templates": ["sum_evens"], "num_cases": 3}).make("train", 0)
-    good = "```python\ndef sum_evens(nums):\n    return sum(x for x in nums if x % 2 == 0)\n```"
+    good = f"```python\n{reference_solution(task)}```"
     v = get_verifier("code").verify(task, Trajectory.from_text(task.id, task.domain, good), VerifyContext(
         extra={"sandbox": sb}))
     assert v.infra_error and "injected sandbox failure" in v.details and v.score == 0

@@ -16,7 +16,7 @@ from honing.config import OrchestrationConfig
 from honing.rollout.types import Trajectory, Turn
 from honing.schedule.orchestrate import CostModel, Orchestrator, retry_seed
 from honing.tasks import Task
-from honing.tasks.code import CodeFunctionsSource
+from honing.tasks.code import CodeFunctionsSource, reference_solution
 from honing.tasks.types import VerifierSpec
 from honing.verify import Verdict, VerifyContext
 from honing.verify.batch import BatchOptions, grade_batch
@@ -55,7 +55,7 @@ class Scripted:
         if task.verifier.name != "code":
             return str(task.hidden["answer"])
         fn = task.hidden["function"]
-        body = SOLUTIONS[fn] if correct(task) else f"def {fn}(*args):\n    return None\n"
+        body = reference_solution(task) if correct(task) else f"def {fn}(*args):\n    return None\n"
         return f"Here:\n```python\n{body}```\n"
 
     def __call__(self, tasks, seed: int) -> list[Trajectory]:

@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from honing.rollout.types import Trajectory
-from honing.tasks.code import TEMPLATE_NAMES, CodeFunctionsSource, HumanEvalSource
+from honing.tasks.code import TEMPLATE_NAMES, CodeFunctionsSource, HumanEvalSource, reference_solution
 from honing.verify import VerifyContext, get_verifier
 from honing.verify.code import extract_program, humaneval_program, same_value, split_asserts
 
@@ -129,29 +129,44 @@ def test_humaneval_source_split_is_deterministic_and_disjoint() -> None:
 
 
 # --- grading through the sandbox ------------------------------------------------------------------
+def one_per(tasks, key, want: int) -> list:
+    out, seen = [], set()
+    for t in tasks:
+        if key(t) not in seen:
+            seen.add(key(t))
+            out.append(t)
+        if len(seen) == want:
+            return out
+    raise AssertionError(f"only {sorted(seen)}")
+
+
 @needs_bwrap
 def test_code_functions_reference_solutions_pass_and_wrong_fail() -> None:
+    """Through the sandbox: `reference_solution` of one training and one held-out task per
+    template, and the independent SOLUTIONS above on a task of each template's structure of the
+    same name, pass; `return None` fails."""
     assert set(SOLUTIONS) == set(TEMPLATE_NAMES)
     src = CodeFunctionsSource({"num_cases": 8})
-    tasks, seen = [], set()
-    for t in src.tasks("train", 0):
-        if t.hidden["function"] not in seen:
-            seen.add(t.hidden["function"])
-            tasks.append(t)
-        if len(seen) == len(TEMPLATE_NAMES):
-            break
+    n = len(TEMPLATE_NAMES)
+    refs = [t for split in ("train", "heldout")
+            for t in one_per(src.tasks(split, 0), lambda t: t.metadata["template"], n)]
+    named = one_per((t for i in range(4000) for t in (src.make("train", i), src.make("heldout", i))
+                     if t.hidden["function"] in SOLUTIONS), lambda t: t.hidden["function"], n)
+    jobs = ([(t, reference_solution(t, allow_heldout=True)) for t in refs]
+            + [(t, SOLUTIONS[t.hidden["function"]]) for t in named])
     with ThreadPoolExecutor(4) as pool:
-        good = list(pool.map(lambda t: grade(t, fenced(SOLUTIONS[t.hidden["function"]])), tasks))
-        bad = list(pool.map(lambda t: grade(t, fenced(f"def {t.hidden['function']}(*a):\n    return None\n")), tasks))
-    for t, v in zip(tasks, good):
+        good = list(pool.map(lambda j: grade(j[0], fenced(j[1])), jobs))
+        bad = list(pool.map(lambda t: grade(t, fenced(f"def {t.hidden['function']}(*a):\n    return None\n")), refs[:n]))
+    for (t, _), v in zip(jobs, good):
         assert not v.infra_error and v.passed and v.score == 1.0, (t.hidden["function"], v.details)
-    for t, v in zip(tasks, bad):
+    for t, v in zip(refs, bad):
         assert not v.infra_error and not v.passed and v.score < 1.0, (t.hidden["function"], v.details)
 
 
 @needs_bwrap
 def test_code_functions_partial_credit() -> None:
-    task = next(CodeFunctionsSource({"templates": ["sum_evens"], "num_cases": 10}).tasks("train", 0))
+    task = next(t for t in CodeFunctionsSource({"templates": ["sum_evens"], "num_cases": 10}).tasks("train", 0)
+                if t.hidden["function"] == "sum_evens")
     # right only for lists without negative even numbers
     v = grade(task, fenced("def sum_evens(nums):\n    return sum(x for x in nums if x % 2 == 0 and x > 0)\n"))
     assert not v.passed and v.components["correct"] < 1.0

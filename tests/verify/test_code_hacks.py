@@ -323,11 +323,11 @@ def test_runner_fails_closed_when_it_stays_dumpable(monkeypatch: pytest.MonkeyPa
 
 def test_attack_hardcoded_docstring_examples() -> None:
     """Visible examples are never among the hidden cases: hard-coding them earns nothing."""
-    from honing.tasks.code import TEMPLATES, CodeFunctionsSource
+    from honing.tasks.code import CodeFunctionsSource, variant_of
 
     for _, task in zip(range(3), CodeFunctionsSource({"num_examples": 3}).tasks("train", 11)):
         fn = task.hidden["function"]
-        ref = next(t for t in TEMPLATES if t.name == fn).ref
+        ref = variant_of(task).ref
         table = {repr(args): ref(*args) for args in task.metadata["examples"]}
         code = f"TABLE = {table!r}\ndef {fn}(*args):\n    return TABLE.get(repr(args), 'unknown')\n"
         v = grade(task, code)
