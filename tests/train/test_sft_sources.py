@@ -195,3 +195,32 @@ def test_honing_sft_bad_input_is_one_line_exit_2(tmp_path: Path, data: str, need
     err = [x for x in p.stderr.splitlines() if x.strip()]
     assert len(err) == 1 and err[0].startswith("honing: error:") and needle in err[0], p.stderr
     assert not (tmp_path / "run").exists()  # nothing written
+
+
+@needs_bwrap
+@pytest.mark.parametrize("source", [{"name": "finance", "params": {"level": [1, 2]}}, {"name": "code:functions"},
+                                    {"name": "humaneval"}])
+def test_reference_demonstrations_pass_their_own_verifiers(source: dict, smol_tok) -> None:  # noqa: ANN001
+    """Each single-turn domain's reference solver writes replies its verifier passes (finance's table
+    look-up, code's reference implementations run against the hidden tests in the sandbox, HumanEval's
+    canonical solutions of the training split), and none is a held-out task."""
+    cfg, setup = _setup(source, heldout=16)
+    try:
+        tasks = [t for _, t in zip(range(4), setup.sources[0].tasks("train", 0))]
+        demos = from_reference(setup, smol_tok, tasks, "{answer}", 1 << 14, 0)
+        assert refuse_contaminated(demos, setup.heldout, {t.id: t for t in tasks}, 0.8) == 0
+        assert [d.status for d in demos] == ["kept"] * 4, [d.reason for d in demos]
+        assert all(d.score == 1.0 and sum(d.loss_mask) == len(d.completion_ids) for d in demos)
+    finally:
+        if setup.sandbox is not None:
+            setup.sandbox.close()
+
+
+def test_heldout_code_structures_have_no_reference() -> None:
+    from honing.tasks.reference import reference_replies
+    from honing.errors import HoningError
+    from honing.tasks import make_source
+
+    held = next(make_source("code:functions").tasks("heldout", 0))
+    with pytest.raises(HoningError):
+        reference_replies(held)
