@@ -55,3 +55,23 @@ def test_lora_sft_is_merged_into_the_checkpoint(tmp_path: Path) -> None:
     base, _ = load_policy("tiny-random")
     moved = [k for k, v in base.state_dict().items() if k in w and not torch.equal(v, w[k])]
     assert moved and all(any(t in k for t in ("q_proj", "v_proj", "k_proj", "o_proj", "proj")) for k in moved)
+
+
+def test_killed_in_the_evaluation_after_sft_resumes_at_that_evaluation(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from honing.schedule import loop
+
+    real = loop.Run.evaluate
+
+    def dies_after_sft(self, step, label):  # noqa: ANN001
+        if label == "after SFT":
+            raise KeyboardInterrupt("killed")
+        return real(self, step, label)
+
+    monkeypatch.setattr(loop.Run, "evaluate", dies_after_sft)
+    with pytest.raises(KeyboardInterrupt):
+        api.train("smoke", QUICK, out=tmp_path / "r")
+    monkeypatch.setattr(loop.Run, "evaluate", real)
+    summary = api.train(tmp_path / "r" / "config.yaml", out=tmp_path / "r", resume=True)
+    assert summary["sft"]["resumed_at"] == 9 and summary["sft"]["losses"] == []  # no SFT step run twice
+    assert summary["heldout_after_sft"] is not None and (tmp_path / "r" / "checkpoints" / "sft").is_dir()

@@ -3,8 +3,10 @@ screen them against the held-out tasks, write them to `demos.jsonl`, and fine-tu
 kept ones with the loss on the trajectories' own loss masks.
 
 Resumable: with `sft.checkpoint_every`, progress (weights, optimizer, step) goes to `sft-progress/`
-and a killed run continues from there on `honing train --resume` with the demonstrations it had
-collected (read back from demos.jsonl, ids and all), so the batches and the result are the same.
+every N steps and after the last one, and a killed run continues from there on `honing train
+--resume` with the demonstrations it had collected (read back from demos.jsonl, ids and all), so the
+batches and the result are the same; a run killed in the held-out evaluation after SFT resumes at
+that evaluation. The progress is removed once the SFT checkpoint (checkpoints/sft) is written.
 """
 
 from __future__ import annotations

@@ -213,7 +213,7 @@ def sft(model: PreTrainedModel, demos: Sequence[Any], pad_id: int, steps: int,
 
     Resuming: `start_step` > 0 with the `optimizer_state` a checkpoint saved continues exactly
     where that run was (the batch order is a pure function of `seed` and the step).
-    `on_checkpoint(step, {"optimizer": ...})` is called every `checkpoint_every` steps.
+    `on_checkpoint(step, {"optimizer": ...})` is called every `checkpoint_every` steps and after the last.
     """
     rng = random.Random(seed)
     pool = list(demos)
@@ -238,7 +238,7 @@ def sft(model: PreTrainedModel, demos: Sequence[Any], pad_id: int, steps: int,
         losses.append(float(loss.detach()))
         if on_step:
             on_step(step, losses[-1])
-        if on_checkpoint and checkpoint_every and (step + 1) % checkpoint_every == 0 and step + 1 < steps:
+        if on_checkpoint and checkpoint_every and ((step + 1) % checkpoint_every == 0 or step + 1 == steps):
             model.eval()
             on_checkpoint(step + 1, {"optimizer": opt.state_dict()})
             model.train()
