@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -27,9 +28,9 @@ from honing.train.demos import (
 )
 from honing.train.sft import packed_layout
 
-from tests.rollout.conftest import needs_bwrap
 
 HONING = str(Path(sys.executable).with_name("honing"))
+needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed")
 ARITH = {"name": "gym:basic_arithmetic", "params": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 2,
                                                     "operators": ["+"], "allow_negation": False,
                                                     "allow_parentheses": False}}
