@@ -283,7 +283,8 @@ class SFTConfig(_Node):
     """file source: train on transcripts that carry no task to grade them with (marked ungraded)."""
     refuse_contaminated: bool = True
     """Refuse demonstrations that overlap a held-out task (same question, 13-gram or MinHash near-duplicate).
-    Off only where train and held-out share a tiny question space on purpose (configs/smoke.yaml)."""
+    Not applied where RL itself may train on held-out questions (tasks.exclude_heldout_questions=false: a tiny
+    question space shared on purpose, as in configs/smoke.yaml)."""
     lora: bool = False
     """Train the SFT stage through LoRA adapters (model.lora's shape), merged into the weights afterwards."""
     micro_batch_tokens: int = Field(0, ge=0)

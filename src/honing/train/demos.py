@@ -410,7 +410,9 @@ def collect(cfg: Any, setup: Any, tok: Any, policy_engine: Any) -> list[Demonstr
             demos = (from_policy(setup, tok, engine, tasks, f"teacher:{arg}", s.samples, s.temperature, max_new,
                                  cfg.seed, s.keep) if engine is not None else
                      from_text_teacher(setup, tok, tasks, chat, f"teacher:{arg}", s.samples, scripted_max, cfg.seed))
-    if s.refuse_contaminated:
+    # a recipe that lets RL train on held-out questions (tasks.exclude_heldout_questions=false, a tiny question
+    # space shared on purpose; the start-up contamination warning says so) gets the same for its demonstrations
+    if s.refuse_contaminated and cfg.tasks.exclude_heldout_questions:
         refuse_contaminated(demos, setup.heldout, {t.id: t for t in tasks}, cfg.eval.contamination.threshold)
     return demos
 
