@@ -203,14 +203,22 @@ def train(config: str | Path | RunConfig | Mapping[str, Any] | None = None, over
         raise ConfigError("rollouts in a worker process need tasks and reward functions importable by name "
                           "('module:function', not a lambda or a function defined in __main__); "
                           "or set schedule.workers=inprocess")
-    build_tasks(cfg)  # bad names, params and verifiers fail here, before anything is written
-    resolve_model_dir(cfg.model.name)
+    from honing.schedule.stages import run_stages, stage_config
     from honing.train.demos import check_source
 
-    check_source(cfg)  # a missing or malformed demonstration file too
+    staged = [stage_config(cfg, i, st, None) for i, st in enumerate(cfg.stages)]  # (a staged recipe)
+    for c in staged or [cfg]:
+        build_tasks(c)  # bad names, params and verifiers fail here, before anything is written
+        check_source(c)  # a missing or malformed demonstration file too
+    resolve_model_dir(cfg.model.name)
     run_dir = Path(out) if out is not None else default_run_dir(cfg, stem)
     if on_start is not None:
         on_start()
+    if staged:
+        if from_step is not None:
+            raise ConfigError("--from-step is for one run; a staged recipe resumes stage by stage")
+        return Summary(run_stages(cfg, run_dir, show_progress=show_progress, resume=resume,
+                                  plain_progress=plain_progress))
     return Summary(run_train(cfg, run_dir, show_progress=show_progress, resume=resume, from_step=from_step,
                              callbacks=list(callbacks), plain_progress=plain_progress))
 

@@ -75,6 +75,13 @@ def train(
     with releasing_followers(clean_stops=(StoppedEarly,)):  # --nproc N (rank 0); nothing in one process
         summary = api.train(cfg, out=run_dir, show_progress=bars, resume=resume is not None, from_step=from_step,
                             plain_progress=not bars and not quiet, on_start=announce)  # nohup, CI: a line per step
+    if "stages" in summary:  # a staged recipe (stages:): one line per stage
+        from honing.schedule.stages import stage_table
+
+        typer.echo("\n".join(["", f"run directory   {run_dir}", *stage_table(summary),
+                              f"wall time       {summary['wall_s']:.0f} s",
+                              f"checkpoint      {summary['final_checkpoint']}"]))
+        return
     b, a = summary["heldout_before"], summary["heldout_after"]
     lines = [
         "",

@@ -501,6 +501,21 @@ class RunOptions(_Node):
     non_correctness_gain, infra_errors, is_ratio."""
 
 
+class StageConfig(_Node):
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    """The stage's name; its run directory is <run>/stages/NN-<name>."""
+    kind: Literal["rl", "sft"]
+    """rl: GRPO for train.steps (sft.steps off); sft: the SFT stage alone (sft.steps; e.g. sft.source=rejection)."""
+    set: dict[str, Any] = {}
+    """Dotted keys this stage changes, e.g. {train.steps: 10, sft.source: rejection}."""
+
+    @model_validator(mode="after")
+    def _check_name(self) -> "StageConfig":
+        if self.name == "before":
+            raise ValueError("stages: 'before' names the initial evaluation; pick another stage name")
+        return self
+
+
 class RunConfig(_Node):
     name: str | None = None
     """Run name (default: recipe name + timestamp)."""
@@ -533,6 +548,9 @@ class RunConfig(_Node):
     """What to sample, when, where it runs (curriculum, priorities, domain balance, retries, asynchronous rollouts)."""
     run: RunOptions = RunOptions()
     """Run-wide switches (deterministic mode, the run-health monitor and the events that halt the run)."""
+    stages: list[StageConfig] = []
+    """Run these stages in order, each a whole run started from the previous one's final weights (sft -> rl,
+    rl -> rejection -> rl; schedule/stages.py). Empty: one run (the SFT stage when sft.steps, then RL)."""
 
 
 # ---------------------------------------------------------------------------------------------
