@@ -19,8 +19,8 @@ from honing.rollout.mixed import rollout_tasks
 from honing.schedule.sampler import TaskSampler, check_seed_ranges, heldout_tasks
 from honing.tasks import Task, make_source
 from honing.train import compute_advantages, grpo_advantages
-from honing.verify import Verdict, VerifyContext
-from honing.verify.batch import BatchOptions, grade_batch
+from honing.verify import VerifyContext
+from honing.verify.batch import BatchOptions, grade_trajectories
 from honing.verify.reward import RewardConfig
 
 
@@ -105,11 +105,7 @@ def verify_and_score(trajs: list[Trajectory], tasks: Sequence[Task], setup: Setu
                      train_cfg: Any = None) -> tuple[list[Trajectory], dict[str, float]]:
     """Grade every trajectory concurrently, compose the layered reward, drop groups with an
     infrastructure error (never score them 0), and set group-normalised advantages."""
-    graded = grade_batch([tasks[t.group] for t in trajs], trajs, setup.ctx, setup.reward, setup.grading)
-    for t, g in zip(trajs, graded):
-        t.verdict, t.reward, t.reward_layers = g.verdict, g.reward.value, dict(g.reward.layers)
-        if t.stop_reason == "infra_error":  # the episode's sandbox broke: not the policy's doing
-            t.verdict, t.reward = Verdict.infra(f"episode stopped by an infrastructure error: {t.verdict.details}"), 0.0
+    grade_trajectories([tasks[t.group] for t in trajs], trajs, setup.ctx, setup.reward, setup.grading)
     n_infra = sum(t.status == "infra_error" for t in trajs)
     if trajs and n_infra / len(trajs) > max_infra_frac:
         first = next(t.verdict.details for t in trajs if t.status == "infra_error")

@@ -134,14 +134,9 @@ def _replay(setup: Any, tok: Any, tasks: Sequence[Any], scripts: Sequence[list[s
 
 def grade(setup: Any, tasks: Sequence[Any], trajs: list[Trajectory]) -> list[Trajectory]:
     """Grade trajectories with their tasks' verifiers (the reward layers included), like RL does."""
-    from honing.verify import Verdict
-    from honing.verify.batch import grade_batch
+    from honing.verify.batch import grade_trajectories
 
-    graded = grade_batch([tasks[t.group] for t in trajs], trajs, setup.ctx, setup.reward, setup.grading)
-    for t, g in zip(trajs, graded):
-        t.verdict, t.reward, t.reward_layers = g.verdict, g.reward.value, dict(g.reward.layers)
-        if t.stop_reason == "infra_error":
-            t.verdict = Verdict.infra(f"episode stopped by an infrastructure error: {t.verdict.details}")
+    grade_trajectories([tasks[t.group] for t in trajs], trajs, setup.ctx, setup.reward, setup.grading)
     return trajs
 
 

@@ -176,3 +176,14 @@ def grade_batch(tasks: Sequence[Any], completions: Sequence[Trajectory | str | b
     if isinstance(out[0], BaseException):
         raise out[0]
     return out[0]
+
+
+def grade_trajectories(tasks: Sequence[Any], trajs: Sequence[Trajectory], ctx: VerifyContext,
+                       reward: RewardConfig | None = None, opts: BatchOptions = BatchOptions()) -> None:
+    """Grade trajectories in place (verdict, layered reward, its layers), the one way RL rollouts and SFT
+    demonstrations are graded. An episode its sandbox broke is an infrastructure error (reward 0, never
+    trained on as a wrong answer), whatever the verifier made of its remains."""
+    for t, g in zip(trajs, grade_batch(tasks, trajs, ctx, reward, opts)):
+        t.verdict, t.reward, t.reward_layers = g.verdict, g.reward.value, dict(g.reward.layers)
+        if t.stop_reason == "infra_error":
+            t.verdict, t.reward = Verdict.infra(f"episode stopped by an infrastructure error: {t.verdict.details}"), 0.0
