@@ -7,7 +7,7 @@ PIP := $(PY) -m pip install -q --disable-pip-version-check
 STAMP := $(VENV)/.setup-done
 QUIET := grep -v "is ignored: it is neither" || true
 
-.PHONY: setup setup-vllm demo test test-vllm clean-venv
+.PHONY: setup setup-vllm setup-cad demo test test-vllm clean-venv
 
 setup: $(STAMP)
 
@@ -59,6 +59,26 @@ $(VLLM_STAMP): pyproject.toml Makefile
 
 test-vllm: setup-vllm
 	OMP_NUM_THREADS=1 $(VLLM_VENV)/bin/pytest -q -m slow tests/engine
+
+# The cad domain's toolchain (issue 19): build123d + OCCT for the *system* python3 (what sandbox
+# boxes run; never the project's venv), in its own directory that the `cad` sandbox profile binds
+# read-only. Re-runs only when examples/cad/toolchain.txt changes (~2 min, ~1 GB on a clean machine).
+CAD_DIR ?= .toolchains/cad
+CAD_STAMP := $(CAD_DIR)/.setup-done
+CAD_REQ := examples/cad/toolchain.txt
+
+setup-cad: $(CAD_STAMP)
+
+$(CAD_STAMP): $(CAD_REQ)
+	@if ! /usr/bin/python3 -m pip --version >/dev/null 2>&1; then \
+	  echo "setup-cad: /usr/bin/python3 has no pip (apt-get install python3-pip); the cad toolchain is not installed"; exit 1; fi
+	@echo "setup-cad: installing $$(grep -v '^#' $(CAD_REQ) | xargs) into $(CAD_DIR) for /usr/bin/python3"
+	@rm -rf $(CAD_DIR).tmp
+	@(/usr/bin/python3 -m pip install -q --disable-pip-version-check --no-warn-script-location --target $(CAD_DIR).tmp \
+	  -r $(CAD_REQ) 2>&1 | $(QUIET))
+	@OPENBLAS_NUM_THREADS=1 PYTHONPATH=$(CAD_DIR).tmp /usr/bin/python3 -s -c \
+	  "import build123d; print('setup-cad: ok (build123d', build123d.__version__ + ')')"
+	@rm -rf $(CAD_DIR) && mv $(CAD_DIR).tmp $(CAD_DIR) && touch $(CAD_STAMP)
 
 demo: setup
 	$(VENV)/bin/honing train

@@ -238,6 +238,8 @@ def bwrap_argv(bwrap: str, profile: Profile, workspace: Path, limits: Limits, ar
         cmd += ["--setenv", k, v]
     for p in profile.ro_paths:
         cmd += ["--ro-bind", p, p]
+    for host, box in getattr(profile, "binds", ()):
+        cmd += ["--ro-bind", host, box]
     for name in _MERGED_USR_LINKS:
         host = f"/{name}"
         if os.path.islink(host):

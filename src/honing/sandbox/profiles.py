@@ -52,6 +52,9 @@ class Profile:
     description: str = ""
     # generated files bound read-only into the box: box path -> content
     data: dict[str, str] = field(default_factory=lambda: dict(BOX_ETC))
+    # host path -> box path, bound read-only (a toolchain directory at a fixed box path, so the
+    # box neither sees nor depends on where the checkout lives)
+    binds: tuple[tuple[str, str], ...] = ()
 
     def environment(self) -> dict[str, str]:
         return {**BASE_ENV, **self.env}
@@ -78,12 +81,43 @@ def _system_python() -> str:
     raise SandboxError(f"profile 'python' needs a system python3 in /usr/bin (found {found!r} only)")
 
 
+# The cad toolchain (issue 19): build123d + OCCT installed for the system python3 by
+# `make setup-cad` into its own directory (never the project's venv), bound read-only here.
+CAD_BOX_DIR = "/opt/honing/cad"
+CAD_SETUP_HINT = "run `make setup-cad` (or set HONING_CAD_TOOLCHAIN to a directory holding build123d)"
+
+
+def cad_toolchain_dir() -> str:
+    """Where the cad toolchain lives on the host: $HONING_CAD_TOOLCHAIN, else the checkout's
+    .toolchains/cad (what `make setup-cad` writes)."""
+    env = os.environ.get("HONING_CAD_TOOLCHAIN", "").strip()
+    if env:
+        return os.path.abspath(env)
+    return os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".toolchains", "cad"))
+
+
+def cad_toolchain_problem() -> str | None:
+    """None when the cad toolchain directory looks installed; else what is wrong (one line)."""
+    d = cad_toolchain_dir()
+    if not os.path.isdir(os.path.join(d, "build123d")):
+        return f"the cad toolchain is not installed (no build123d in {d}): {CAD_SETUP_HINT}"
+    return None
+
+
 def builtin_profiles() -> dict[str, Profile]:
     system = _system_paths()
+    python_env = {"HONING_PYTHON": "/usr/bin/python3"}
     return {
         "shell": Profile("shell", system, description="bash, coreutils; no interpreters beyond the OS's"),
-        "python": Profile("python", system, env={"HONING_PYTHON": "/usr/bin/python3"},
+        "python": Profile("python", system, env=python_env,
                           description="the system python3 and its standard library; no project venv"),
+        # The python profile plus the toolchain at a fixed box path. One BLAS/OpenMP thread: a
+        # box's CPU is limited anyway, and a warm cell's zygote must stay single-threaded to fork.
+        "cad": Profile("cad", system, env={**python_env, "PYTHONPATH": CAD_BOX_DIR, "OMP_NUM_THREADS": "1",
+                                           "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+                                           "MPLBACKEND": "Agg"},
+                       binds=((cad_toolchain_dir(), CAD_BOX_DIR),),
+                       description=f"python + build123d/OCCT (make setup-cad) read-only at {CAD_BOX_DIR}"),
     }
 
 
@@ -93,6 +127,8 @@ def get_profile(name: str) -> Profile:
         close = difflib.get_close_matches(name, list(profiles), n=1)
         hint = f" (did you mean '{close[0]}'?)" if close else ""
         raise SandboxError(f"unknown sandbox profile '{name}'{hint}; profiles: {', '.join(sorted(profiles))}")
-    if name == "python":
+    if name in ("python", "cad"):
         _system_python()
+    if name == "cad" and (why := cad_toolchain_problem()):
+        raise SandboxError(f"sandbox profile 'cad': {why}")
     return profiles[name]
