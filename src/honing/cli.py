@@ -410,6 +410,15 @@ def sandbox_doctor(backend: str = typer.Option("bwrap", "--backend")) -> None:
     if probe.infra_error or probe.exit_code != 0 or "REACHABLE" in probe.stdout:
         typer.echo(f"honing: sandbox doctor: probe failed: {probe.infra_error or probe.stderr.strip()}", err=True)
         raise typer.Exit(1)
+    from honing.sandbox.doctor import check_profiles
+
+    checks = check_profiles(sb)
+    for c in checks:
+        typer.echo(f"profile     {c.name:<7} {c.status:<8} {c.detail}")
+    broken = [c.name for c in checks if c.failed]
+    if broken:
+        typer.echo(f"honing: sandbox doctor: profile(s) {', '.join(broken)} do not work here", err=True)
+        raise typer.Exit(1)
 
 
 @sandbox_app.command("serve")
