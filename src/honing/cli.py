@@ -19,6 +19,8 @@ app.add_typer(tasks_app, name="tasks")
 sandbox_app = typer.Typer(help="Run code in the isolated sandbox; check what isolation this machine gives.")
 app.add_typer(sandbox_app, name="sandbox")
 app.add_typer(env_app, name="env")
+from honing.flywheel.cli import flywheel_app  # noqa: E402 - the data flywheel (issue 20)
+app.add_typer(flywheel_app, name="flywheel")
 
 
 @app.command(context_settings={"allow_extra_args": False})

@@ -11,7 +11,7 @@ from honing.tasks.user import SOURCES, build_user_source, register_source
 __all__ = ["Task", "TaskSource", "VerifierSpec", "Message", "make_source", "GymSource", "JsonlSource",
            "gym_dataset_names", "task_from_json", "task_to_json", "register_source"]
 BUILTIN_SOURCES = ("humaneval", "code:functions", "finance", "repair", "repair:dir:<path>", "gym:<dataset>",
-                   "jsonl:<path>")
+                   "jsonl:<path>", "pool:<dir>@<version>")
 
 SOURCE_KINDS = ("gym", "jsonl")
 
@@ -40,6 +40,10 @@ def make_source(name: str, params: dict | None = None, verifier: str | None = No
     kind, _, rest = name.partition(":")
     if kind == "gym" and rest:
         return GymSource(rest, params, verifier, prompt_template, system_prompt)
+    if kind == "pool" and rest:  # a flywheel pool snapshot: pool:<dir>@<version|latest>
+        from honing.flywheel.pool import PoolSource
+
+        return PoolSource(rest, params, verifier, system_prompt)
     if kind == "jsonl" and rest:
         if params:
             raise TaskError(f"{name}: jsonl sources take no params (got {sorted(params)})")
