@@ -93,7 +93,19 @@ def _logs(tmp: Path) -> Path:
     ]
     d = tmp / "logs"
     d.mkdir()
-    (d / "serve.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (d / "chat.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    serve = [  # the shape honing.serve's LogStore records: the request body whole, the reply as choices
+        {"id": "srv-1", "time": 1.0, "endpoint": "/v1/chat/completions", "model": "m", "release": "v1",
+         "request": {"messages": [{"role": "user", "content": [{"type": "text", "text": "What is 9 squared?"}]}],
+                     "metadata": {"accepted": "true"}},
+         "response": {"choices": [{"index": 0, "message": {"role": "assistant", "content": "<answer>81</answer>"},
+                                   "finish_reason": "stop"}], "usage": {}}, "latency_s": 0.1},
+        {"id": "srv-2", "time": 2.0, "endpoint": "/v1/completions", "model": "m", "release": "v1",
+         "request": {"prompt": f"Email {PII['EMAIL_ADDRESS'][0]}: def square(x):", "metadata": {
+             "tests": "assert square(3) == 9"}},
+         "response": {"choices": [{"index": 0, "text": " return x * x", "finish_reason": "stop"}], "usage": {}}},
+    ]
+    (d / "requests-20261202T000000-1-0001.jsonl").write_text("".join(json.dumps(r) + "\n" for r in serve))
     return d
 
 
@@ -146,6 +158,9 @@ def test_heldout_questions_excluded_and_duplicates_merged(pool: tuple[Path, Any]
     assert res.counts["heldout_excluded"] == 3 and res.counts["opted_out"] == 1
     dup = [r for r in rows if "chatcmpl-300" in r["log_ids"]]
     assert len(dup) == 1 and dup[0]["log_ids"] == ["chatcmpl-3", "chatcmpl-300"]  # provenance of both copies
+    by_log = {lid: r for r in rows for lid in r["log_ids"]}
+    assert by_log["srv-1"]["kind"] == "math" and json.loads(by_log["srv-1"]["task"])["hidden"]["answer"] == "81"
+    assert by_log["srv-2"]["kind"] == "code" and "<EMAIL_ADDRESS>" in by_log["srv-2"]["question"]
     kinds = {r["kind"] for r in rows}
     assert kinds == {"math", "extract", "code", "tool", "judge", "preference"}
     pairs = list(preference_pairs(res.pool))

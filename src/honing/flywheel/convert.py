@@ -61,8 +61,11 @@ class PoolItem:
 
 def feedback(meta: dict[str, Any]) -> bool | None:
     """True (the user accepted the reply), False (rejected it) or None (no signal)."""
-    if isinstance(meta.get("accepted"), bool):
-        return meta["accepted"]
+    acc = meta.get("accepted")
+    if isinstance(acc, bool):
+        return acc
+    if isinstance(acc, str) and acc.strip().lower() in ("true", "false", "yes", "no", "1", "0"):
+        return acc.strip().lower() in ("true", "yes", "1")  # OpenAI metadata values are strings
     fb = meta.get("feedback")
     if isinstance(fb, dict):
         fb = fb.get("rating", fb.get("label", fb.get("value")))

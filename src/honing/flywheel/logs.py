@@ -9,6 +9,12 @@ per row (Parquet). What a line may look like (every field but the conversation i
                   "outcome": {"success": true, "answer": "..."}, "chosen": "...", "rejected": "...",
                   "opt_out": false}}
 
+A `honing serve` log record (`{"id", "endpoint", "model", "release", "request": <the request body>,
+"response": {"choices": [...], "usage"}}`, honing.serve.logstore) is read as it is: the
+conversation from `request.messages` (or a completions request's `prompt`), the reply from the
+first choice, and metadata from `request.metadata` (an OpenAI client's string-valued map: JSON
+corrections may arrive as strings) merged with a top-level `metadata`.
+
 The conversation may also sit in `request` (`{"request": {"messages": [...]}}` or a completions
 request's `prompt`), the reply in `completion`/`output`, and a trailing assistant message counts
 as the reply when there is no other. Message content may be a string or a list of
@@ -146,15 +152,17 @@ def parse_record(obj: Any, where: str, default_id: str) -> LogRecord | None:
         response = messages.pop()["content"]
     if not any(m["role"] == "user" for m in messages):
         raise LogError(f"{where}: the conversation has no user message")
-    meta = obj.get("metadata") or {}
-    if not isinstance(meta, dict):
-        raise LogError(f"{where}: 'metadata' must be an object")
-    meta = dict(meta)
+    # a serve log record keeps the request body whole: an OpenAI client's `metadata` sits in it
+    meta: dict[str, Any] = {}
+    for m in (req.get("metadata"), obj.get("metadata")):
+        if m is not None and not isinstance(m, dict):
+            raise LogError(f"{where}: 'metadata' must be an object")
+        meta.update(m or {})
     for k in ("feedback", "accepted", "accepted_answer", "correction", "tests", "outcome", "tool_outcome",
               "chosen", "rejected", "opt_out"):
         if k in obj and k not in meta:
             meta[k] = obj[k]
-    if meta.get("opt_out") is True or obj.get("opt_out") is True:
+    if meta.get("opt_out") in (True, "true", "1") or obj.get("opt_out") is True:
         return None
     rid = obj.get("id", obj.get("request_id", resp_raw.get("id") if isinstance(resp_raw, dict) else None))
     return LogRecord(str(rid) if rid is not None else default_id, where, messages, response, meta)
