@@ -4,14 +4,14 @@ second box against the reference, and score in layers.
 Layers (components of the Verdict, each in [0, 1]):
 - build (the gate): the script ran and left exactly one solid in `result`. A script that does
   not build scores 0 whatever else: no partial credit for code that does not build.
-- valid: OCCT's BRepCheck says the solid is valid. An invalid solid gets no volume or IoU credit
-  (its measured volume cannot be trusted).
+- valid (a gate too): OCCT's BRepCheck says the solid is valid. An invalid solid scores 0: its
+  measured volume cannot be trusted, and "any valid solid" must not earn a reward by itself.
 - bbox: the exact bounding box's six coordinates within the stated tolerance (fraction of them).
 - volume: within `volume_rel_tol` of the reference's.
 - iou: vol(a & b) / vol(a | b) by OCCT booleans, in absolute coordinates (no normalisation); the
   layer ramps linearly from IoU 0.5 (0) to `iou_min` (1).
 - features: face, edge and cylindrical-face counts equal to the reference's (fraction of them).
-score = build * (0.1 valid + 0.2 bbox + 0.2 volume + 0.3 iou + 0.2 features); passed = every
+score = build * valid * (0.2 bbox + 0.25 volume + 0.3 iou + 0.25 features); passed = every
 layer full. A sandbox or toolchain failure is an infrastructure error (Verdict.infra), never 0.
 
 Boxes: a pool of warm `cad` cells (build123d preloaded in each zygote) by default, or a fresh box
@@ -37,7 +37,7 @@ from honing.verify.types import Verdict
 
 from honing_env_cad.boxcode import MEASURE_SRC, build_src
 
-WEIGHTS = {"valid": 0.1, "bbox": 0.2, "volume": 0.2, "iou": 0.3, "features": 0.2}
+WEIGHTS = {"bbox": 0.2, "volume": 0.25, "iou": 0.3, "features": 0.25}
 SCRIPT = "part.py"
 BUILD_TIMEOUT_S = 20.0
 MAX_BREP = 8 << 20
@@ -248,7 +248,7 @@ def _vec(v: Any) -> str:
 
 
 def total(comp: dict[str, float]) -> float:
-    return comp.get("build", 0.0) * sum(w * comp.get(k, 0.0) for k, w in WEIGHTS.items())
+    return comp.get("build", 0.0) * comp.get("valid", 0.0) * sum(w * comp.get(k, 0.0) for k, w in WEIGHTS.items())
 
 
 def grade_script(script: str, task: Any, runner: CadBoxes | None = None) -> Verdict:
@@ -256,10 +256,10 @@ def grade_script(script: str, task: Any, runner: CadBoxes | None = None) -> Verd
     t0 = time.perf_counter()
     runner = runner or boxes()
     hidden = dict(task.hidden)
-    zero = {"build": 0.0, **{k: 0.0 for k in WEIGHTS}}
+    zero = {"build": 0.0, "valid": 0.0, **{k: 0.0 for k in WEIGHTS}}
     if not script.strip():
         return Verdict(0.0, False, zero, "no script to grade", cost_s=time.perf_counter() - t0)
-    b = runner.build(script)
+    b = runner.build(script, float((task.verifier.params or {}).get("build_timeout_s", BUILD_TIMEOUT_S)))
     if b.infra:
         return Verdict.infra(f"cad: {b.infra}", time.perf_counter() - t0)
     if not b.built or b.brep is None:
@@ -272,7 +272,7 @@ def grade_script(script: str, task: Any, runner: CadBoxes | None = None) -> Verd
                        cost_s=time.perf_counter() - t0)
     comp, notes = layer_scores(m, dict(hidden.get("spec") or {}), dict(task.verifier.params or {}))
     score = min(1.0, max(0.0, total(comp)))  # float noise must not leave [0, 1]
-    passed = all(comp[k] >= 1.0 for k in ("build", *WEIGHTS))
+    passed = all(comp[k] >= 1.0 for k in ("build", "valid", *WEIGHTS))
     return Verdict(score, passed, comp, "; ".join(notes + m.notes) or "matches the reference",
                    cost_s=time.perf_counter() - t0)
 

@@ -1,0 +1,274 @@
+"""The cad environment package (examples/cad, issue 19): tasks split by structure, the reference
+scores 1 through the real verifier, wrong programs lose the expected layer, reward hacks score 0,
+bad input and a missing or broken toolchain give one clear error or an infrastructure error.
+
+Boxes are real: bwrap and the cad toolchain (`make setup-cad`); those tests skip without them.
+One warm cell serves the whole module (its zygote preloads build123d once). The full >= 100-task
+proof is benchmarks/cad_solvability.py."""
+
+from __future__ import annotations
+
+import itertools
+import shutil
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, Iterator
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "cad"))
+
+from honing.errors import TaskError  # noqa: E402
+from honing.sandbox.profiles import cad_toolchain_problem  # noqa: E402
+from honing.tasks.user import _task_from_dict  # noqa: E402
+from honing_env_cad import ENV, grader  # noqa: E402
+from honing_env_cad.families import FAMILIES  # noqa: E402
+from honing_env_cad.mutate import MUTATIONS  # noqa: E402
+from honing_env_cad.tasks import make_tasks, split_structures  # noqa: E402
+
+needs_box = pytest.mark.skipif(shutil.which("bwrap") is None or cad_toolchain_problem() is not None,
+                               reason="needs bubblewrap and the cad toolchain (make setup-cad)")
+
+
+def task(family: str, level: int, style: str = "exact", seed: int = 0, split: str = "train",
+         **params: Any) -> Any:
+    t = _task_from_dict(next(make_tasks(split, seed, families=[family], levels=[level], styles=[style])),
+                        "cad", 0, "env:cad")
+    if params:
+        from dataclasses import replace
+
+        from honing.tasks.types import VerifierSpec
+
+        t = replace(t, verifier=VerifierSpec("env:cad", {**t.verifier.params, **params}))
+    return t
+
+
+@pytest.fixture(scope="module")
+def cad() -> Iterator[grader.CadBoxes]:
+    boxes = grader.CadBoxes(mode="warm", cells=1)
+    old, grader._BOXES = grader._BOXES, boxes
+    try:
+        yield boxes
+    finally:
+        grader._BOXES = old
+        boxes.close()
+
+
+def grade(script: str, t: Any) -> Any:
+    return grader.grade_script(script, t)
+
+
+# --- tasks (no box needed) ------------------------------------------------------------------------
+def test_splits_are_disjoint_by_structure_and_cover_every_family() -> None:
+    train = list(itertools.islice(make_tasks("train", 1), 300))
+    held = list(itertools.islice(make_tasks("heldout", 1), 300))
+    keys = {s: {t["metadata"]["structure_key"] for t in ts} for s, ts in (("train", train), ("heldout", held))}
+    assert not keys["train"] & keys["heldout"]
+    for split, ts in (("train", train), ("heldout", held)):
+        assert {t["metadata"]["family"] for t in ts} == set(FAMILIES), split
+        assert {t["metadata"]["style"] for t in ts} == {"exact", "intent"}
+    for fam, level in itertools.product(FAMILIES, (1, 2, 3)):
+        s = split_structures(fam, level)
+        assert s["train"] and not set(s["train"]) & set(s["heldout"])
+    for t in train[:50]:
+        assert t["hidden"]["program"] not in t["prompt"] and "result" in t["prompt"]
+        assert "bbox_min" in t["hidden"]["spec"] and t["environment"]["kind"] == "env:cad"
+    again = list(itertools.islice(make_tasks("train", 1), 20))
+    assert [t["prompt"] for t in again] == [t["prompt"] for t in train[:20]]  # seeded
+
+
+@pytest.mark.parametrize("params, needle", [
+    ({"families": ["gear"]}, "unknown family 'gear' (families: plate, bracket, flange, shaft, enclosure)"),
+    ({"levels": [4]}, "unknown level 4"),
+    ({"styles": ["vague"]}, "unknown prompt style 'vague'"),
+    ({"tolerance_mm": 0}, "tolerance_mm must be in"),
+])
+def test_bad_params_fail_with_one_clear_line(params: dict, needle: str) -> None:
+    with pytest.raises(TaskError) as e:
+        make_tasks("train", 0, **params)
+    assert needle in str(e.value) and "\n" not in str(e.value)
+
+
+def test_missing_toolchain_is_an_infrastructure_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("HONING_CAD_TOOLCHAIN", str(tmp_path / "nothing-here"))
+    t = task("plate", 1)
+    v = grader.grade_script(t.hidden["program"], t, runner=grader.CadBoxes(mode="cold", cells=1))
+    assert v.infra_error and "make setup-cad" in v.details and v.score == 0.0
+
+
+def test_layer_scores_right_bbox_wrong_volume_is_not_full_credit() -> None:
+    ref = {"solids": 1, "valid": True, "volume": 900.0, "faces": 10, "edges": 24, "cylinders": 2,
+           "bbox_min": [0, 0, 0], "bbox_max": [10, 10, 10]}
+    box = {**ref, "volume": 1000.0, "faces": 6, "edges": 12, "cylinders": 0}
+    comp, notes = grader.layer_scores(grader.Measurement(cand=box, ref=ref, iou=0.9), {}, {})
+    assert comp["bbox"] == 1.0 and comp["volume"] == 0.0 and comp["features"] == 0.0
+    assert grader.total(comp) < 0.5 and any("volume" in n for n in notes)
+
+
+# --- the verifier in real boxes ---------------------------------------------------------------------
+@needs_box
+@pytest.mark.parametrize("family, level, style", [
+    ("plate", 3, "intent"), ("bracket", 3, "exact"), ("flange", 3, "intent"), ("shaft", 3, "exact"),
+    ("enclosure", 3, "exact"), ("plate", 1, "exact")])
+def test_reference_scores_one(cad: grader.CadBoxes, family: str, level: int, style: str) -> None:
+    t = task(family, level, style, split="heldout")
+    v = grade(t.hidden["program"], t)
+    assert v.passed and v.score == 1.0, v.details
+    assert set(v.components) >= {"build", "valid", "bbox", "volume", "iou", "features"}
+
+
+@needs_box
+@pytest.mark.parametrize("family, level, mutation", [
+    ("plate", 2, "off_dims"), ("plate", 2, "missing_feature"), ("plate", 1, "wrong_hole_count"),
+    ("flange", 2, "wrong_hole_count"), ("bracket", 3, "missing_feature"), ("shaft", 3, "missing_feature")])
+def test_wrong_program_loses_the_expected_layer(cad: grader.CadBoxes, family: str, level: int,
+                                                 mutation: str) -> None:
+    t = task(family, level, seed=3)
+    fn, layer = MUTATIONS[mutation]
+    bad = fn(t.hidden["program"])
+    assert bad is not None and bad != t.hidden["program"]
+    v = grade(bad, t)
+    assert not v.infra_error and v.components["build"] == 1.0
+    assert v.score < 1.0 and v.components[layer] < 1.0, (v.components, v.details)
+
+
+HACKS = {
+    # prints the grader's report format (it never reaches the box's stdout, and has no nonce)
+    "fake_report": 'import json\nfor tag in ("HONING-CAD-RESULT", "0" * 32, "deadbeef" * 4):\n'
+                   '    print(tag, json.dumps({"built": True, "iou": 1.0, "volume": 1.0, "valid": True}))\n',
+    # plants files named like the grader's (its spec, nonce, the exported BREP) and leaves no result
+    "fake_export": 'import os\nos.makedirs("/work/.grader", exist_ok=True)\n'
+                   'for n in ("/work/.grader/cand.brepz", "/work/.grader/nonce", "/work/part.brep", "/tmp/shape.brep"):\n'
+                   '    open(n, "w").write("fake")\n',
+    # looks for the reference program, spec or nonce everywhere it can read; builds it if found
+    "read_reference": '''import os, glob
+found = None
+paths = [p for pat in ("/work/**", "/tmp/**", "/opt/honing/**/reference*", "/run/**") for p in glob.glob(pat, recursive=True)]
+paths += glob.glob("/proc/[0-9]*/cmdline") + glob.glob("/proc/[0-9]*/environ") + glob.glob("/proc/[0-9]*/fd/*")
+for p in paths:
+    try:
+        data = open(p, "rb").read(1 << 20).decode("utf-8", "replace")
+    except Exception:
+        continue
+    if "result = plate" in data and p != "/work/part.py":
+        found = data
+for pid in (1, os.getppid()):
+    try:
+        open("/proc/%d/mem" % pid, "rb").read(1)
+        found = found or "mem readable"
+    except Exception:
+        pass
+if found:
+    exec(found)
+''',
+    # a far-away speck, with build123d/OCP's measurements patched to claim the reference's numbers
+    "monkeypatch": '''from build123d import *
+import build123d, OCP.GProp, OCP.BRepAlgoAPI
+Shape.volume = property(lambda self: 1.0e9)
+Shape.is_valid = property(lambda self: True)
+Shape.bounding_box = lambda self, *a, **k: BoundBox.from_topo_ds(Box(1, 1, 1).wrapped)
+OCP.GProp.GProp_GProps.Mass = lambda self: 1.0e9
+OCP.BRepAlgoAPI.BRepAlgoAPI_Common = OCP.BRepAlgoAPI.BRepAlgoAPI_Fuse
+build123d.export_brep.__defaults__ = None
+result = Pos(500, 500, 500) * Sphere(0.5)
+''',
+    "hang": "while True:\n    pass\n",
+    "fork": "import os\nresult = None\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n",
+    "flood": "while True:\n    print('x' * 10000)\n",
+    "two_solids": "from build123d import *\nresult = Compound([Box(10, 10, 10), Pos(40, 0, 0) * Box(10, 10, 10)])\n",
+    "no_solid": "from build123d import *\nx = Box(10, 10, 10)\n",
+    "not_a_shape": "result = 42\n",
+    "not_python": "Make a plate 80 by 60 mm with six holes, please.\n",
+    "exits": "import os\nos._exit(0)\n",
+    "kills_runner": "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n",
+}
+
+
+@needs_box
+@pytest.mark.parametrize("name", sorted(HACKS))
+def test_reward_hack_scores_zero(cad: grader.CadBoxes, name: str) -> None:
+    t = task("plate", 2, seed=5, build_timeout_s=3)
+    v = grade(HACKS[name], t)
+    assert not v.infra_error, v.details
+    assert v.score == 0.0 and not v.passed, (name, v.score, v.details)
+
+
+@needs_box
+def test_right_bbox_wrong_volume_does_not_get_full_credit(cad: grader.CadBoxes) -> None:
+    t = task("plate", 2, seed=5)
+    lo, hi = t.hidden["spec"]["bbox_min"], t.hidden["spec"]["bbox_max"]
+    box = (f"from build123d import *\nresult = Pos({(lo[0] + hi[0]) / 2}, {(lo[1] + hi[1]) / 2}, 0) * "
+           f"Box({hi[0] - lo[0]}, {hi[1] - lo[1]}, {hi[2] - lo[2]}, align=(Align.CENTER, Align.CENTER, Align.MIN))\n")
+    v = grade(box, t)
+    assert v.components["bbox"] == 1.0 and v.components["volume"] == 0.0 and v.components["features"] < 1
+    assert v.score < 0.7 and not v.passed
+
+
+@needs_box
+def test_broken_toolchain_is_an_infrastructure_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import tempfile
+
+    broken = Path(tempfile.mkdtemp(prefix="honing-cad-broken-"))  # readable by the box's uid (tmp_path is not)
+    (broken / "build123d").mkdir()
+    (broken / "build123d" / "__init__.py").write_text("raise ImportError('libTKernel.so: cannot open shared object')\n")
+    for p in (broken, broken / "build123d"):
+        p.chmod(0o755)
+    (broken / "build123d" / "__init__.py").chmod(0o644)
+    monkeypatch.setenv("HONING_CAD_TOOLCHAIN", str(broken))
+    t = task("plate", 1)
+    runner = grader.CadBoxes(mode="cold", cells=1)
+    try:
+        v = grader.grade_script(t.hidden["program"], t, runner=runner)
+    finally:
+        runner.close()
+        shutil.rmtree(broken, ignore_errors=True)
+    assert v.infra_error and "cannot import build123d" in v.details and "libTKernel" in v.details, v.details
+
+
+@needs_box
+def test_tools_build_report_render_and_the_verifier_reads_the_last_build(cad: grader.CadBoxes) -> None:
+    from honing.rollout.types import Trajectory
+    from honing.sandbox import Sandbox
+
+    t = task("flange", 2, seed=2)
+    env = ENV.environment(t)
+    wrong = t.hidden["program"].replace("flange = Cylinder(", "flange = Cylinder(2 + ", 1)
+    sb = Sandbox("bwrap")
+    try:
+        with sb.open("python") as session:
+            intro = env.reset(t, session)
+            assert "build(code)" in intro and t.hidden["program"] not in intro
+            call = '<tool_call>{"name": "build", "arguments": {"code": %s}}</tool_call>'
+            import json
+
+            obs, done = env.step(call % json.dumps(wrong))
+            assert not done and "differences from the stated size" in obs and "volume:" in obs, obs
+            obs, done = env.step(call % json.dumps("from build123d import *\nresult = Box(1, 1,\n"))
+            assert "build failed (syntax)" in obs, obs
+            obs, done = env.step(call % json.dumps(t.hidden["program"]))
+            assert "match the stated requirements" in obs, obs
+            obs, done = env.step('<tool_call>{"name": "render", "arguments": {}}</tool_call>')
+            assert "wrote render.svg" in obs and session.read("render.svg").startswith(b"<?xml"), obs
+            obs, done = env.step('<tool_call>{"name": "submit", "arguments": {}}</tool_call>')
+            assert done
+            files = {"part.py": session.read("part.py").decode()}
+    finally:
+        sb.close()
+    assert env.stats["test_runs"] == 3 and env.stats["failed_test_runs"] == 2
+    traj = Trajectory.from_text(t.id, t.domain, "")
+    traj.files = files
+    v = ENV.verifier.verify(t, traj, SimpleNamespace())
+    assert v.passed and v.score == 1.0, v.details
+    traj.files = {}
+    assert ENV.verifier.verify(t, traj, SimpleNamespace()).score == 0.0  # never built
+
+
+@needs_box
+def test_honing_self_test_passes_through_the_rollout_loop(cad: grader.CadBoxes) -> None:
+    """honing's own env check: reference episodes (build, submit) through the real agent loop in the
+    real sandbox score 1 on both splits; junk episodes score 0."""
+    from honing.envcheck import check_environment
+
+    report = check_environment(ENV, n=1)
+    assert report.ok, report.table()
