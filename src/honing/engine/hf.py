@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import inspect
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import torch
 from transformers import DynamicCache, PreTrainedModel
@@ -124,6 +124,9 @@ class TransformersEngine:
         self.max_batch_size = max_batch_size
         self.version = 0
         self.compact = True  # drop finished rows from the decode batch once a quarter of it is done
+        # called with each decode step's tokens [rows of the chunk] (pad for finished rows): how
+        # `honing serve` streams tokens as they are made; None in training
+        self.on_step: Callable[[torch.Tensor], None] | None = None
         self.set_model(model)
 
     def set_model(self, model: PreTrainedModel) -> None:
@@ -202,6 +205,8 @@ class TransformersEngine:
             tok = torch.where(done, torch.full_like(tok, self.pad_id), tok)
             toks.append(tok)
             lps.append(lp)
+            if self.on_step is not None:
+                self.on_step(tok)
             newly = torch.isin(tok, eos) & ~done
             done = done | newly
             if bool(done.all()) or step == params.max_new_tokens - 1:
