@@ -28,6 +28,12 @@ ENTITIES = ("EMAIL_ADDRESS", "PHONE_NUMBER", "CREDIT_CARD", "IBAN_CODE", "US_SSN
 DEFAULT_SCORE_THRESHOLD = 0.4  # Presidio's medium SSN pattern and its phone matches score 0.4-0.5
 PHONE_REGIONS = ("US", "GB", "DE", "FR", "IN", "CA", "AU", "IE", "NL", "ES", "IT", "BR")
 _LEMMA_COMPONENT = "honing_lower_lemma"
+# When one detection covers another of a different type, the more specific one wins: checksummed
+# and structured formats first, the loose phone matcher late (it also matches SSNs, IBAN digit
+# groups, dotted IPs and card fragments). The value is removed either way; this keeps the type
+# (and so the report and the placeholder) right.
+PRIORITY = {"API_KEY": 0, "EMAIL_ADDRESS": 1, "IBAN_CODE": 2, "CREDIT_CARD": 3, "US_SSN": 4, "IP_ADDRESS": 5,
+            "PHONE_NUMBER": 6, "PERSON": 7}
 
 
 @dataclass
@@ -123,13 +129,20 @@ class Deidentifier:
         if not text or not text.strip():
             return text
         with self._lock:
-            found = self.analyzer.analyze(text=text, language="en", entities=list(ENTITIES),
-                                          score_threshold=self.score_threshold)
+            found = self.analyze(text)
             out = self.anonymizer.anonymize(text=text, analyzer_results=found) if found else None
         counts: Counter = Counter(item.entity_type for item in out.items) if out is not None else Counter()
         if report is not None:
             report.add(counts)
         return out.text if out is not None else text
+
+    def analyze(self, text: str) -> list[Any]:
+        """Presidio's detections, less those covered by a more specific type (PRIORITY)."""
+        found = self.analyzer.analyze(text=text, language="en", entities=list(ENTITIES),
+                                      score_threshold=self.score_threshold)
+        return [r for r in found if not any(
+            o.entity_type != r.entity_type and PRIORITY.get(o.entity_type, 9) < PRIORITY.get(r.entity_type, 9)
+            and o.start <= r.start and o.end >= r.end for o in found)]
 
     def scrub_value(self, value: Any, report: RedactionReport | None = None) -> Any:
         """Strings anywhere inside lists and dicts scrubbed; dict keys too (they are user text)."""

@@ -98,12 +98,13 @@ back still even here there then than now today tomorrow yesterday morning evenin
 bug fix error result results report check sum add minus plus times price cost rate tax fee bank street
 city state county park lake hill river north south east west white black green brown gray""".split())
 
-_WORD = r"[A-Z][a-z]+(?:[-'][A-Z]?[a-z]+)?"
+_WORD = r"(?:[A-Z]'[A-Z][a-z]+|[A-Z][a-z]+(?:-[A-Z][a-z]+)?)"  # Smith, O'Brien, Lloyd-Jones
 _STRONG = r"(?:my name is|my name's|name\s*:|call me|signed|dear|sincerely|regards|best regards|kind regards|cheers)"
 _WEAK = r"(?:i'm|i am|im|this is|for|hi|hello|hey|thanks|thank you|from|ask|cc|attn|contact|with|by|to)"
 _TITLE = r"(?:mr|mrs|ms|miss|dr|prof|sir|madam)\.?"
 _CUE = re.compile(rf"(?i)\b(?P<cue>{_STRONG}|{_WEAK}|{_TITLE})[,:]?[ \t]+(?-i:(?P<name>{_WORD}(?:[ \t]+{_WORD})?))")
 _CUE_LOWER = re.compile(r"(?i)\b(?:my name is|my name's|i'm|i am|call me)[ \t]+(?P<name>[a-z]+(?:[ \t]+[a-z]+)?)\b")
+_HERE = re.compile(rf"(?m)(?:^|[.!?]\s+)(?P<name>{_WORD}(?:[ \t]+{_WORD})?)[ \t]+(?:here|speaking|writing)\b")
 _PAIR = re.compile(rf"\b(?P<first>{_WORD})[ \t]+(?:[A-Z]\.[ \t]+)?(?P<last>{_WORD})\b")
 
 
@@ -131,7 +132,9 @@ class CueNameRecognizer(EntityRecognizer):
             toks = m.group("name").split()
             strong = bool(re.fullmatch(_STRONG, cue, re.I) or re.fullmatch(_TITLE, cue + ".", re.I))
             known = toks[0].lower() in first
-            if not (strong or known):
+            # after a weak cue, a known first name, or an unknown one followed by a known surname
+            surname = len(toks) > 1 and toks[1].lower() in last
+            if not (strong or known or surname):
                 continue
             # a second capitalised word is the surname when it is one (or after a strong cue)
             end = m.end("name") if len(toks) > 1 and (toks[1].lower() in last or strong) \
@@ -142,6 +145,10 @@ class CueNameRecognizer(EntityRecognizer):
             if toks[0].lower() in first:
                 n = len(toks[0]) + (len(toks[1]) + 1 if len(toks) > 1 and toks[1] in last else 0)
                 add(m.start("name"), m.start("name") + n, 0.6)
+        for m in _HERE.finditer(text):  # "Dana here: ...", "Dana Whitfield speaking"
+            toks = m.group("name").split()
+            if toks[0].lower() in first or (len(toks) > 1 and toks[1].lower() in last):
+                add(m.start("name"), m.end("name"), 0.7)
         for m in _PAIR.finditer(text):  # no cue: a known first name followed by a known surname
             if m.group("first").lower() in first and m.group("last").lower() in last:
                 add(m.start(), m.end(), 0.6)
