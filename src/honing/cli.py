@@ -19,6 +19,12 @@ app.add_typer(tasks_app, name="tasks")
 sandbox_app = typer.Typer(help="Run code in the isolated sandbox; check what isolation this machine gives.")
 app.add_typer(sandbox_app, name="sandbox")
 app.add_typer(env_app, name="env")
+from honing.release.cli import export_cmd, release_app  # noqa: E402 - issue 20: releases, export, serve
+from honing.serve.cli import serve_cmd  # noqa: E402
+
+app.add_typer(release_app, name="release")
+app.command("export")(export_cmd)
+app.command("serve")(serve_cmd)
 from honing.flywheel.cli import flywheel_app  # noqa: E402 - the data flywheel (issue 20)
 app.add_typer(flywheel_app, name="flywheel")
 

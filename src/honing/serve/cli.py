@@ -39,10 +39,12 @@ def serve_cmd(
     token = os.environ.get(token_env) or None
     if token_env != "HONING_SERVE_TOKEN" and token is None:
         raise HoningError(f"--token-env {token_env}: that variable is not set")
-    typer.echo(f"honing serve: {spec} on http://{host}:{port}/v1 (engine {engine}, "
-               f"{'token required' if token else 'no token: loopback only'}, "
-               f"log {'to ' + str(log_dir) if log_dir else 'off'})", err=True)
-    serve_forever(spec, host=host, port=port, token=token, log_dir=log_dir, registry=registry, backend=engine,
+    def ready(server: object) -> None:
+        typer.echo(f"honing serve: {getattr(server, 'served').name} on http://{host}:{port}/v1 (engine {engine}, "
+                   f"{'token required' if token else 'no token: loopback only'}, "
+                   f"log {'to ' + str(log_dir) if log_dir else 'off'})", err=True)
+
+    serve_forever(spec, host=host, port=port, on_ready=ready, token=token, log_dir=log_dir, registry=registry, backend=engine,
                   max_batch_size=max_batch_size, window_s=batch_window_ms / 1000,
                   log_max_file_bytes=int(log_max_mb * (1 << 20)), log_retention_files=log_retention_files,
                   log_retention_days=log_retention_days or None, max_tokens_limit=max_tokens)

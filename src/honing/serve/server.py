@@ -101,13 +101,16 @@ def start_server(spec: str, *, host: str = "127.0.0.1", port: int = 0, **kwargs:
     return RunningServer(build_server(spec, host=host, **kwargs), host, port)
 
 
-def serve_forever(spec: str, *, host: str = "127.0.0.1", port: int = 8000, **kwargs: Any) -> None:
-    """The CLI's foreground server (Ctrl-C stops it)."""
+def serve_forever(spec: str, *, host: str = "127.0.0.1", port: int = 8000, on_ready: Any = None,
+                  **kwargs: Any) -> None:
+    """The CLI's foreground server (Ctrl-C stops it); `on_ready(server)` once the model is loaded."""
     import uvicorn
 
     from honing.serve.app import create_app
 
     server = build_server(spec, host=host, **kwargs)
+    if on_ready is not None:
+        on_ready(server)
     try:
         uvicorn.run(create_app(server), host=host, port=port, log_level="warning", access_log=False)
     finally:
