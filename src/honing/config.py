@@ -292,6 +292,9 @@ class SFTConfig(_Node):
     update; bounds memory on long prompts such as finance statements). 0: one forward per batch."""
     checkpoint_every: int = Field(0, ge=0)
     """Save the SFT stage's progress (weights + optimizer) every N steps so a killed run resumes mid-SFT (0: off)."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the SFT backward pass instead of storing them: less memory on long multi-turn
+    demonstrations (repair episodes of several thousand tokens), slower steps. Off again before RL."""
 
     @model_validator(mode="after")
     def _check_source(self) -> "SFTConfig":

@@ -148,3 +148,29 @@ def test_one_packed_step_equals_unpacked_step_adamw(tiny):
     for k in d0:
         assert (d1[k] - d0[k]).abs().max() < 1e-2 * lr, k
     assert max(d.abs().max() for d in d0.values()) > 0.5 * lr
+
+
+def test_activation_checkpointing_gives_the_same_sft_step(tiny, monkeypatch):
+    """sft.gradient_checkpointing trades time for memory only: one SGD step with activations
+    recomputed in the backward equals the step without, and switching it off restores the model."""
+    from honing.train.trainer import set_activation_checkpointing
+
+    model, tok = tiny
+    monkeypatch.setattr(torch.optim, "AdamW", lambda params, lr: torch.optim.SGD(params, lr=lr))
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    out = []
+    for ckpt in (False, True):
+        m = copy.deepcopy(model)
+        set_activation_checkpointing(m, ckpt)
+        on = lambda: getattr(m, "is_activation_checkpointing", None) or m.is_gradient_checkpointing  # noqa: E731
+        assert bool(on()) == ckpt
+        losses = sft(m, _demos(tok), tok.pad_token_id, steps=1, learning_rate=100.0, batch_size=5,
+                     bf16_autocast=False, seed=0)
+        out.append((losses[0], {k: v - before[k] for k, v in m.state_dict().items()}))
+        set_activation_checkpointing(m, False)
+        assert not on()
+    (l0, d0), (l1, d1) = out
+    assert l1 == pytest.approx(l0, rel=1e-6)
+    for k in d0:
+        assert d0[k].abs().max() > 0, k
+        assert ((d1[k] - d0[k]).abs().max() / d0[k].abs().max()) < 1e-5, k

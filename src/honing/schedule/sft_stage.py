@@ -21,6 +21,7 @@ import torch
 from honing.errors import HoningError
 from honing.train.demos import DemoStats, collect, read_demos, write_demos
 from honing.train.sft import loss_tokens, sft
+from honing.train.trainer import set_activation_checkpointing
 
 PROGRESS = "sft-progress"
 DEMOS = "demos.jsonl"
@@ -77,11 +78,15 @@ def run_sft_stage(r: Any) -> dict[str, float]:
         start, opt_state = int(state["step"]), state["optimizer"]
         r.progress.note(f"SFT: resuming at step {start} of {s.steps}")
     bar = r.progress.bar("SFT warm start", s.steps, completed=start, every_s=10.0)
+    if s.gradient_checkpointing:
+        set_activation_checkpointing(model, True)
     losses = sft(model, kept, r.tok.pad_token_id, s.steps, s.learning_rate, s.batch_size, cfg.model.bf16_autocast,
                  cfg.seed, on_step=lambda i, loss: bar.advance(f"loss {loss:.3f}"), pack_tokens=s.pack_tokens,
                  micro_batch_tokens=s.micro_batch_tokens, chunk_tokens=cfg.train.logprob_chunk_tokens,
                  start_step=start, optimizer_state=opt_state, checkpoint_every=s.checkpoint_every,
                  on_checkpoint=lambda step, extra: _save_progress(r.dir, model, step, extra))
+    if s.gradient_checkpointing:
+        set_activation_checkpointing(model, False)  # RL follows train.gradient_checkpointing
     if s.lora:  # the adapters folded into the weights: RL (and its KL reference) start from the SFT policy
         r.model = model.merge_and_unload().requires_grad_(True)  # peft froze the base; RL trains it
     m = {f"sft/demos_{k}": float(v) for k, v in stats.counts.items()}

@@ -135,6 +135,16 @@ def _groups_of(trajs: Sequence[Trajectory]) -> int:
     return sizes[0]
 
 
+def set_activation_checkpointing(model: Any, on: bool) -> None:
+    """Recompute activations in the backward pass instead of keeping them (memory for time), or stop."""
+    kw = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5 renamed it
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kw) if on \
+            else model.activation_checkpointing_disable()
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kw) if on else model.gradient_checkpointing_disable()
+
+
 class PolicyTrainer:
     def __init__(self, model: PreTrainedModel, pad_id: int, cfg: TrainConfig, lora: LoraConfig,
                  bf16_autocast: bool, temperature: float, seed: int = 0, distributed: bool = False) -> None:
@@ -149,11 +159,7 @@ class PolicyTrainer:
             self.ref = copy.deepcopy(model).eval().requires_grad_(False)
         self.model = apply_lora(model, lora) if self.lora else model
         if cfg.gradient_checkpointing:
-            kw = {"use_reentrant": False}
-            if hasattr(self.model, "activation_checkpointing_enable"):  # transformers >= 5 renamed it
-                self.model.activation_checkpointing_enable(activation_checkpointing_kwargs=kw)
-            else:
-                self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kw)
+            set_activation_checkpointing(self.model, True)
         self.autocast = bf16_autocast and bf16_supported(self.model.device)
         self.share_prompt = cfg.share_prompt and shared_prompt_supported(self.model)
         # Distributed mode (honing.train.distributed): the model becomes FSDP2 shards, every rank
