@@ -272,3 +272,17 @@ def test_honing_self_test_passes_through_the_rollout_loop(cad: grader.CadBoxes) 
 
     report = check_environment(ENV, n=1)
     assert report.ok, report.table()
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed")
+def test_sandbox_doctor_lists_the_cad_profile_and_says_when_it_is_missing(tmp_path: Path) -> None:
+    import os
+    import subprocess
+
+    env = {**os.environ, "HONING_CAD_TOOLCHAIN": str(tmp_path / "none"), "NO_COLOR": "1", "COLUMNS": "250"}
+    proc = subprocess.run([str(Path(sys.executable).parent / "honing"), "sandbox", "doctor"], capture_output=True,
+                          text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = {line.split()[1]: line for line in proc.stdout.splitlines() if line.startswith("profile ")}
+    assert set(rows) == {"shell", "python", "cad"} and " ok " in rows["python"]
+    assert " missing " in rows["cad"] and "make setup-cad" in rows["cad"]
