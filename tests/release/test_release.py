@@ -112,6 +112,9 @@ def test_export_and_lora_adapter_merge(world: dict, cli, tmp_path: Path) -> None
 
     from honing.models import build_tiny_random
 
+    from honing.serve.model import load_served
+
+    assert load_served(f"{world['run1']}@step-2").path.endswith("step-2")  # serve RUN@step-N
     code, out, _ = cli("export", f"{world['run1']}@2", "--out", str(tmp_path / "plain"))
     assert code == 0 and (tmp_path / "plain" / "model.safetensors").is_file()
     AutoModelForCausalLM.from_pretrained(tmp_path / "plain")
