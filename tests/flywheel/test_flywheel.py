@@ -241,3 +241,11 @@ def test_corrupt_line_names_file_and_line_and_writes_nothing(tmp_path: Path, dei
     errs = [x for x in p.stderr.splitlines() if x.startswith("honing: error:")]
     assert p.returncode == 2 and len(errs) == 1 and errs[0].startswith(f"honing: error: {logs}:2: not valid JSON"), p.stderr
     assert "4539" not in p.stderr and not (tmp_path / "p2").exists()
+    st = subprocess.run([HONING, "flywheel", "status", str(tmp_path / "pool"), "--json"], capture_output=True,
+                        text=True, timeout=300)
+    got = json.loads(st.stdout)
+    assert st.returncode == 0 and got["version"] == res.version and got["kinds"] == {"math": 1}
+    assert got["report"]["ingest"]["bad_lines"] == 1 and got["log_records"] == 2
+    missing = subprocess.run([HONING, "flywheel", "status", str(tmp_path / "nope")], capture_output=True, text=True,
+                             timeout=300)
+    assert missing.returncode == 2 and missing.stderr.startswith("honing: error: pool not found")

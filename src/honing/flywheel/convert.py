@@ -98,7 +98,7 @@ def _entry_point(tests: str, reply: str | None) -> str | None:
             for name in called:
                 if name in defined:
                     return name
-        except SyntaxError:
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
             pass
     return called[0] if called else None
 
@@ -111,9 +111,9 @@ def _code_of(text: str) -> str:
 
 def code_hidden(tests: str, reply: str | None) -> dict[str, Any] | None:
     """The `code` verifier's assert-mode material from user tests, or None if they are not usable."""
-    try:
+    try:  # hostile input: null bytes (ValueError), absurd nesting (RecursionError, MemoryError)
         tree = ast.parse(tests)
-    except SyntaxError:
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
     if not any(isinstance(n, ast.Assert) for n in ast.walk(tree)):
         return None

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Sequence
 
-from honing.eval.contamination import NUM_PERM, SHINGLE, Vocab, _minhash, grams
+# honing.eval.contamination is imported where used: importing honing.eval loads torch, and
+# `honing flywheel --help` should not wait for that.
 
 
 def heldout_tasks(suites: Sequence[str] | None, sources: Sequence[str] = (), per_source: int = 500,
@@ -53,6 +54,8 @@ class NearDuplicates:
     def __init__(self, threshold: float = 0.8) -> None:
         from datasketch import MinHashLSH
 
+        from honing.eval.contamination import NUM_PERM, Vocab
+
         self.threshold = threshold
         self.vocab = Vocab()
         self.exact: dict[int, str] = {}
@@ -60,6 +63,8 @@ class NearDuplicates:
         self.lsh = MinHashLSH(threshold=min(max(threshold * 0.8, 0.05), 0.99), num_perm=NUM_PERM)
 
     def add(self, key: str, text: str) -> str | None:
+        from honing.eval.contamination import SHINGLE, _minhash, grams
+
         ids = self.vocab.ids(text)
         h = hash(tuple(ids))
         if h in self.exact:

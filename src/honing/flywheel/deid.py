@@ -144,14 +144,17 @@ class Deidentifier:
             o.entity_type != r.entity_type and PRIORITY.get(o.entity_type, 9) < PRIORITY.get(r.entity_type, 9)
             and o.start <= r.start and o.end >= r.end for o in found)]
 
-    def scrub_value(self, value: Any, report: RedactionReport | None = None) -> Any:
-        """Strings anywhere inside lists and dicts scrubbed; dict keys too (they are user text)."""
+    def scrub_value(self, value: Any, report: RedactionReport | None = None, depth: int = 0) -> Any:
+        """Strings anywhere inside lists and dicts scrubbed; dict keys too (they are user text).
+        Past 32 levels the rest is scrubbed as one JSON string (hostile nesting cannot recurse deep)."""
+        if depth > 32 and isinstance(value, (list, dict)):
+            return self.scrub(json.dumps(value), report)
         if isinstance(value, str):
             return self.scrub(value, report)
         if isinstance(value, list):
-            return [self.scrub_value(v, report) for v in value]
+            return [self.scrub_value(v, report, depth + 1) for v in value]
         if isinstance(value, dict):
-            return {self.scrub(str(k), report): self.scrub_value(v, report) for k, v in value.items()}
+            return {self.scrub(str(k), report): self.scrub_value(v, report, depth + 1) for k, v in value.items()}
         return value
 
     def scrub_json_text(self, text: str, report: RedactionReport | None = None) -> str:

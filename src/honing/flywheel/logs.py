@@ -197,6 +197,8 @@ def _lines(path: Path) -> Iterator[tuple[int, Any, str | None]]:
                 yield n, json.loads(line), None
             except json.JSONDecodeError as e:
                 yield n, None, f"not valid JSON ({e.msg} at column {e.colno})"
+            except RecursionError:
+                yield n, None, "JSON nested too deeply"
 
 
 def _maybe_json(v: Any) -> Any:
