@@ -134,6 +134,8 @@ def test_no_log_header_and_bad_requests(client: httpx.Client, server) -> None:  
     bad = client.post("/v1/chat/completions", json={**CHAT, "max_tokens": 10**6})
     assert bad.status_code == 400 and "max_tokens" in bad.json()["error"]["message"]
     assert client.post("/v1/chat/completions", json={"messages": []}).status_code == 400
+    long = client.post("/v1/completions", json={"prompt": "x" * 600, "max_tokens": 8})  # tiny model: 512 positions
+    assert long.status_code == 400 and "context" in long.json()["error"]["message"]
 
 
 def test_log_store_permissions(server) -> None:  # noqa: ANN001

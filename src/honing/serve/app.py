@@ -39,6 +39,7 @@ from honing.serve.metrics import Metrics
 from honing.serve.model import Served, current_release_name, load_served
 
 NO_LOG_HEADER = "x-honing-no-log"
+MAX_BODY_BYTES = 8 << 20
 
 
 class BadRequest(Exception):
@@ -137,6 +138,13 @@ class Server:
         stop = body.get("stop") or []
         stop = [stop] if isinstance(stop, str) else [str(s) for s in stop if s]
         return SamplingParams(mx, temp, top_p, top_k, n), seed, stop
+
+    def check_length(self, served: Served, n_prompt: int, max_new_tokens: int) -> None:
+        cfg = getattr(getattr(served.engine, "model", None), "config", None)
+        limit = getattr(cfg, "max_position_embeddings", None)
+        if isinstance(limit, int) and n_prompt + max_new_tokens > limit:
+            raise BadRequest(f"prompt ({n_prompt} tokens) + max_tokens ({max_new_tokens}) exceeds the model's "
+                             f"context of {limit} tokens")
 
     def prompt_ids(self, body: dict, chat: bool, tok: Any) -> list[int]:
         if chat:
@@ -241,7 +249,10 @@ def create_app(server: Server) -> Any:
         t0 = time.perf_counter()
         endpoint = "/v1/chat/completions" if chat else "/v1/completions"
         try:
-            body = json.loads(await request.body())
+            raw = await request.body()
+            if len(raw) > MAX_BODY_BYTES:
+                raise BadRequest(f"request body over {MAX_BODY_BYTES} bytes", 413)
+            body = json.loads(raw)
             if not isinstance(body, dict):
                 raise BadRequest("the request body must be a JSON object")
         except (json.JSONDecodeError, UnicodeDecodeError):
@@ -256,6 +267,7 @@ def create_app(server: Server) -> Any:
             server.check_model(body)
             params, seed, stops = server.params(body)
             ids = server.prompt_ids(body, chat, served.tokenizer)
+            server.check_length(served, len(ids), params.max_new_tokens)
         except BadRequest as e:
             server.metrics.observe(e.status, time.perf_counter() - t0)
             return error(e.status, str(e), e.code)
