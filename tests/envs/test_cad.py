@@ -72,7 +72,8 @@ def test_splits_are_disjoint_by_structure_and_cover_every_family() -> None:
         s = split_structures(fam, level)
         assert s["train"] and not set(s["train"]) & set(s["heldout"])
     for t in train[:50]:
-        assert t["hidden"]["program"] not in t["prompt"] and "result" in t["prompt"]
+        text = "\n".join(m["content"] for m in t["prompt"])
+        assert t["hidden"]["program"] not in text and "`result`" in text and t["prompt"][-1]["role"] == "user"
         assert "bbox_min" in t["hidden"]["spec"] and t["environment"]["kind"] == "env:cad"
     again = list(itertools.islice(make_tasks("train", 1), 20))
     assert [t["prompt"] for t in again] == [t["prompt"] for t in train[:20]]  # seeded

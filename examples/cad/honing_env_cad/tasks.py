@@ -85,7 +85,10 @@ def _generate(split: str, seed: int, cells: list[tuple[str, int]], styles: list[
 def task_of(part: Any, task_id: str, multi_turn: bool, tol: float, max_turns: int) -> dict[str, Any]:
     how = ("Use the build tool to run your script and read the geometry report, fix what differs, then submit."
            if multi_turn else "Reply with the whole script in one ```python code block.")
-    prompt = f"{CONVENTION.format(tol=f'{tol:g}')} {how}\n\nPart: {part.description}"
+    # the convention is the system message: the user message (what dedup and contamination checks
+    # compare) is the part alone, not a preamble every task shares
+    prompt = [{"role": "system", "content": f"{CONVENTION.format(tol=f'{tol:g}')} {how}"},
+              {"role": "user", "content": f"Part: {part.description}"}]
     bbox = {"bbox_min": [round(x, 6) for x in part.bbox_min], "bbox_max": [round(x, 6) for x in part.bbox_max]}
     task: dict[str, Any] = {
         "id": task_id,
