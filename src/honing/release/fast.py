@@ -33,6 +33,8 @@ VARIANT_FILE = "variant.json"
 def options() -> list[str]:
     from honing.engine.hf import bf16_supported
 
+    if torch.cuda.is_available():  # serve decodes on the GPU there: bf16 is the option, fbgemm int8 is CPU-only
+        return ["bf16"]
     out = ["int8-dynamic"]
     if bf16_supported("cpu"):
         out.append("bf16")
@@ -49,7 +51,8 @@ def apply_method(model: Any, method: str) -> Any:
             return torch.ao.quantization.quantize_dynamic(copy.deepcopy(model).eval(), {torch.nn.Linear},
                                                           dtype=torch.qint8)
     if method == "bf16":
-        return copy.deepcopy(model).to(torch.bfloat16).eval()
+        dev = "cuda" if torch.cuda.is_available() else "cpu"
+        return copy.deepcopy(model).to(dev, torch.bfloat16).eval()
     raise HoningError(f"unknown fast-variant method {method!r} (int8-dynamic, bf16)")
 
 
@@ -66,7 +69,13 @@ def engine_for(model: Any, tok: Any) -> Any:
     from honing.engine.hf import TransformersEngine
     from honing.serve.model import eos_ids_for
 
+    if torch.cuda.is_available() and model.device.type == "cpu" and not _quantized(model):
+        model = model.to("cuda")  # measured where serve would run it
     return TransformersEngine(model, eos_ids_for(tok), tok.pad_token_id)
+
+
+def _quantized(model: Any) -> bool:
+    return any("quantized" in type(m).__module__ for m in model.modules())
 
 
 def chat_prompts(tok: Any, tasks: Sequence[Any]) -> list[list[int]]:

@@ -55,7 +55,7 @@ class Server:
     def __init__(self, served: Served, *, token: str | None = None, log: LogStore | None = None,
                  served_id: str | None = None, window_s: float = 0.01, max_tokens_limit: int = 1024,
                  default_max_tokens: int = 256, follow_registry: Any = None, follow_s: float = 1.0,
-                 backend: str = "hf", max_batch_size: int = 32) -> None:
+                 backend: str = "hf", max_batch_size: int = 32, device: str = "auto") -> None:
         self.served = served
         self.served_id = served_id or served.name
         self.token = token.strip() if token else None
@@ -63,7 +63,7 @@ class Server:
         self.metrics = Metrics()
         self.max_tokens_limit, self.default_max_tokens = max_tokens_limit, default_max_tokens
         self.batcher = Batcher(served.engine, served.eos_ids, window_s, max_batch_size, self.metrics.batch, served)
-        self.backend, self.max_batch_size = backend, max_batch_size
+        self.backend, self.max_batch_size, self.device = backend, max_batch_size, device
         self.reloads: list[dict[str, Any]] = []
         self._stop = threading.Event()
         self._follow: threading.Thread | None = None
@@ -87,7 +87,7 @@ class Server:
             t0 = time.perf_counter()
             try:
                 new = load_served(f"release:{name}", registry=registry, backend=self.backend,
-                                  max_batch_size=self.max_batch_size)
+                                  max_batch_size=self.max_batch_size, device=self.device)
             except Exception as e:  # noqa: BLE001
                 failed = name
                 print(f"honing serve: error: keeping {self.served.name}; cannot load release {name}: {e}",

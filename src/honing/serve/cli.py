@@ -23,6 +23,7 @@ def serve_cmd(
     token_env: str = typer.Option("HONING_SERVE_TOKEN", "--token-env", help="Environment variable holding the bearer "
                                   "token (required off loopback; optional on it)"),
     engine: str = typer.Option("hf", "--engine", help="hf (honing's decode loop) or vllm (GPU, .venv-vllm)"),
+    device: str = typer.Option("auto", "--device", help="hf engine device: auto (a GPU when there is one), cpu, cuda"),
     max_batch_size: int = typer.Option(32, "--max-batch-size", min=1, help="Rows per generate call"),
     batch_window_ms: float = typer.Option(10.0, "--batch-window-ms", min=0, help="How long the batcher waits for "
                                           "more requests after the first"),
@@ -44,7 +45,7 @@ def serve_cmd(
                    f"{'token required' if token else 'no token: loopback only'}, "
                    f"log {'to ' + str(log_dir) if log_dir else 'off'})", err=True)
 
-    serve_forever(spec, host=host, port=port, on_ready=ready, token=token, log_dir=log_dir, registry=registry, backend=engine,
+    serve_forever(spec, host=host, port=port, on_ready=ready, token=token, log_dir=log_dir, registry=registry, backend=engine, device=device,
                   max_batch_size=max_batch_size, window_s=batch_window_ms / 1000,
                   log_max_file_bytes=int(log_max_mb * (1 << 20)), log_retention_files=log_retention_files,
                   log_retention_days=log_retention_days or None, max_tokens_limit=max_tokens)

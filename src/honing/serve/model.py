@@ -65,9 +65,19 @@ def resolve_release(spec: str, registry: Path | str | None) -> tuple[Path, str, 
     return Path(row.path), row.name, row.variant
 
 
+def pick_device(device: str) -> str:
+    """'auto': a GPU when torch sees one, else the CPU."""
+    if device != "auto":
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 def load_served(spec: str, *, registry: Path | str | None = None, backend: str = "hf",
-                max_batch_size: int = 32, seed: int = 0) -> Served:
-    """Load what `spec` names (see the module docstring)."""
+                max_batch_size: int = 32, seed: int = 0, device: str = "auto") -> Served:
+    """Load what `spec` names (see the module docstring). The hf engine decodes on `device`
+    (int8-dynamic fast variants are CPU kernels and stay on the CPU)."""
     from honing.models import load_policy
 
     release, variant, info = None, "standard", {}
@@ -89,6 +99,9 @@ def load_served(spec: str, *, registry: Path | str | None = None, backend: str =
         if info:
             model = apply_variant(model, info)
             variant = info.get("variant", variant)
+    dev = pick_device(device)
+    if backend == "hf" and dev != "cpu" and info.get("method") != "int8-dynamic":
+        model = model.to(dev)
     eos = eos_ids_for(tok)
     engine = _engine(model, tok, eos, backend, max_batch_size)
     return Served(name=name, engine=engine, tokenizer=tok, eos_ids=eos, path=target if Path(target).is_dir() else "",

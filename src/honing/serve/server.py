@@ -29,7 +29,7 @@ def build_server(spec: str, *, host: str = "127.0.0.1", token: str | None = None
                  registry: Path | str | None = None, backend: str = "hf", max_batch_size: int = 32,
                  window_s: float = 0.01, log_max_file_bytes: int = 64 << 20, log_retention_files: int = 50,
                  log_retention_days: float | None = 30.0, follow_s: float = 1.0, max_tokens_limit: int = 1024,
-                 default_max_tokens: int = 256) -> Any:
+                 default_max_tokens: int = 256, device: str = "auto") -> Any:
     """Load the model and build the `Server` state (checks first: a missing release or a
     non-loopback host without a token fails here, before anything listens)."""
     from honing.serve.app import Server
@@ -40,14 +40,15 @@ def build_server(spec: str, *, host: str = "127.0.0.1", token: str | None = None
     if not is_loopback(host) and not (token and token.strip()):
         raise HoningError(f"serving on non-loopback host {host!r} needs a bearer token: set ${TOKEN_ENV} "
                           f"(e.g. `export {TOKEN_ENV}=$(openssl rand -hex 32)`) or pass --token-env")
-    served = load_served(spec, registry=registry, backend=backend, max_batch_size=max_batch_size)
+    served = load_served(spec, registry=registry, backend=backend, max_batch_size=max_batch_size, device=device)
     log = (LogStore(log_dir, log_max_file_bytes, log_retention_files, log_retention_days)
            if log_dir is not None else None)
     follow = registry_path(registry) if spec.strip() == "release:current" else None
     served_id = spec.strip()[len("release:"):] if is_release_spec(spec.strip()) else None
     return Server(served, token=token, log=log, served_id=served_id, window_s=window_s,
                   max_tokens_limit=max_tokens_limit, default_max_tokens=default_max_tokens,
-                  follow_registry=follow, follow_s=follow_s, backend=backend, max_batch_size=max_batch_size)
+                  follow_registry=follow, follow_s=follow_s, backend=backend, max_batch_size=max_batch_size,
+                  device=device)
 
 
 def registry_path(registry: Path | str | None) -> Path:
