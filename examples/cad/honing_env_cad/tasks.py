@@ -92,7 +92,7 @@ def task_of(part: Any, task_id: str, multi_turn: bool, tol: float, max_turns: in
     bbox = {"bbox_min": [round(x, 6) for x in part.bbox_min], "bbox_max": [round(x, 6) for x in part.bbox_max]}
     task: dict[str, Any] = {
         "id": task_id,
-        "domain": "env:cad",
+        "domain": f"env:cad/{part.family}",  # per-family numbers in evaluations and training metrics
         "prompt": prompt,
         "hidden": {"program": part.program, "spec": {**bbox, "solids": 1, **part.params}},
         "verifier": {"name": "env:cad", "params": {"tolerance_mm": tol}},
