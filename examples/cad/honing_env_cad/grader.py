@@ -169,6 +169,11 @@ class CadBoxes:
         except SandboxError as e:
             return Measurement(infra=str(e))
         rep, infra = self._reply(res, nonce)
+        if rep is None and not infra and (res.timed_out or res.oom):
+            # only grader code runs here, on the candidate's BREP: a part too complex to measure
+            # in time is the candidate's, and must not become an (unscored) infrastructure error
+            return Measurement(cand_error=f"measuring the part ran past the measuring box's "
+                                          f"{'time' if res.timed_out else 'memory'} limit (too complex)")
         if infra or rep is None:
             return Measurement(infra=infra or f"the measuring box gave no report (exit {res.exit_code}, "
                                               f"timed_out={res.timed_out}): {res.stderr[-300:]}")
