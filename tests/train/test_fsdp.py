@@ -133,7 +133,9 @@ def test_two_ranks_half_batch_equal_one_rank_full_batch(two_rank_results, name: 
     floor = _maxdiff(w1, w_other)
     tol = 4 * max(floor, 1e-7)
     moved = _maxdiff(w1, init)
-    assert moved > 100 * tol, (moved, tol)  # the step really changed the weights
+    # the step really changed the weights, far beyond the tolerance (Adam's first step moves an element by
+    # about lr whatever its gradient, and the rounding floor of gspo_kl reaches ~1% of lr on some machines)
+    assert moved > 20 * tol, (moved, tol)
     got = two_rank_results[name]
     dp_diff = _maxdiff(w1, got["weights"])
     print(f"{name}: update {moved:.2e}, rounding floor {floor:.2e}, 2 ranks vs 1 {dp_diff:.2e}")
