@@ -83,8 +83,11 @@ $(CAD_STAMP): $(CAD_REQ)
 demo: setup
 	$(VENV)/bin/honing train
 
+# Two test processes, one torch thread each (a test file stays in one process): on CI's 2 cores the
+# suite's sandboxes, subprocesses and small models overlap instead of queueing. TEST_WORKERS=0 runs serially.
+TEST_WORKERS ?= 2
 test: setup
-	$(VENV)/bin/pytest -q
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(VENV)/bin/pytest -q $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
 clean-venv:
 	rm -rf $(VENV) $(VLLM_VENV)
