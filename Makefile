@@ -63,7 +63,9 @@ test-vllm: setup-vllm
 # The cad domain's toolchain (issue 19): build123d + OCCT for the *system* python3 (what sandbox
 # boxes run; never the project's venv), in its own directory that the `cad` sandbox profile binds
 # read-only. Re-runs only when examples/cad/toolchain.txt changes (~2 min, ~1 GB on a clean machine).
-CAD_DIR ?= .toolchains/cad
+# As root it goes to /opt/honing/toolchains/cad: boxes then run as an unprivileged host uid that
+# cannot traverse a checkout under /root or a 0700 temp folder (profiles.cad_toolchain_dir).
+CAD_DIR ?= $(if $(filter 0,$(shell id -u)),/opt/honing/toolchains/cad,.toolchains/cad)
 CAD_STAMP := $(CAD_DIR)/.setup-done
 CAD_REQ := examples/cad/toolchain.txt
 
@@ -73,7 +75,7 @@ $(CAD_STAMP): $(CAD_REQ)
 	@if ! /usr/bin/python3 -m pip --version >/dev/null 2>&1; then \
 	  echo "setup-cad: /usr/bin/python3 has no pip (apt-get install python3-pip); the cad toolchain is not installed"; exit 1; fi
 	@echo "setup-cad: installing $$(grep -v '^#' $(CAD_REQ) | xargs) into $(CAD_DIR) for /usr/bin/python3"
-	@rm -rf $(CAD_DIR).tmp
+	@rm -rf $(CAD_DIR).tmp && mkdir -p $(dir $(CAD_DIR))
 	@(/usr/bin/python3 -m pip install -q --disable-pip-version-check --no-warn-script-location --target $(CAD_DIR).tmp \
 	  -r $(CAD_REQ) 2>&1 | $(QUIET))
 	@OPENBLAS_NUM_THREADS=1 PYTHONPATH=$(CAD_DIR).tmp /usr/bin/python3 -s -c \

@@ -87,20 +87,51 @@ CAD_BOX_DIR = "/opt/honing/cad"
 CAD_SETUP_HINT = "run `make setup-cad` (or set HONING_CAD_TOOLCHAIN to a directory holding build123d)"
 
 
+SYSTEM_CAD_DIR = "/opt/honing/toolchains/cad"  # where `make setup-cad` installs when run as root
+
+
 def cad_toolchain_dir() -> str:
-    """Where the cad toolchain lives on the host: $HONING_CAD_TOOLCHAIN, else the checkout's
-    .toolchains/cad (what `make setup-cad` writes)."""
+    """Where the cad toolchain lives on the host: $HONING_CAD_TOOLCHAIN; else the checkout's
+    .toolchains/cad (what `make setup-cad` writes for a non-root user) when it holds build123d;
+    else SYSTEM_CAD_DIR (what it writes as root: a root checkout often sits under a 0700 directory,
+    such as /root or a mktemp folder, which the box's unprivileged host uid cannot traverse)."""
     env = os.environ.get("HONING_CAD_TOOLCHAIN", "").strip()
     if env:
         return os.path.abspath(env)
-    return os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".toolchains", "cad"))
+    local = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".toolchains", "cad"))
+    if os.path.isdir(os.path.join(local, "build123d")) or not os.path.isdir(SYSTEM_CAD_DIR):
+        return local
+    return SYSTEM_CAD_DIR
+
+
+def _untraversable_ancestor(path: str) -> str | None:
+    """As root, boxes run as an unprivileged host uid (bwrap.DEFAULT_HOST_UID): a bound directory must
+    be reachable by 'other'. The first ancestor of `path` that is not, or None."""
+    if os.geteuid() != 0:
+        return None
+    p = os.path.abspath(path)
+    while True:
+        try:
+            if not os.stat(p).st_mode & 0o001:
+                return p
+        except OSError:
+            return p
+        parent = os.path.dirname(p)
+        if parent == p:
+            return None
+        p = parent
 
 
 def cad_toolchain_problem() -> str | None:
-    """None when the cad toolchain directory looks installed; else what is wrong (one line)."""
+    """None when the cad toolchain directory looks installed and a box can reach it; else what is
+    wrong (one line)."""
     d = cad_toolchain_dir()
     if not os.path.isdir(os.path.join(d, "build123d")):
         return f"the cad toolchain is not installed (no build123d in {d}): {CAD_SETUP_HINT}"
+    if (blocked := _untraversable_ancestor(d)) is not None:
+        return (f"the cad toolchain {d} is not reachable from a box ({blocked} is not o+x for the box's "
+                f"unprivileged host uid): reinstall with `make setup-cad` as root (it writes {SYSTEM_CAD_DIR}) "
+                "or point HONING_CAD_TOOLCHAIN at a world-readable copy")
     return None
 
 
