@@ -1,10 +1,13 @@
 """The fast variant of a release against the standard one, side by side in one process: output
 tokens/s of one stream (greedy, the engines interleaved round by round) and held-out pass@1 with
 95% bootstrap CIs on a suite, for every option honing's release/fast.py measures (int8 dynamic
-quantization; bf16 where the CPU has native bf16).
+quantization; bf16 where the CPU has native bf16; speculative decoding with an n-gram draft; the
+combinations). A speculative option's pass@1 is measured on its own path: every sample decoded
+stream by stream, speculatively.
 
     .venv/bin/python benchmarks/fast_variant.py                       # SmolLM2-135M-Instruct, quick suite
     .venv/bin/python benchmarks/fast_variant.py --model tiny-random --limit 4
+    .venv/bin/python benchmarks/fast_variant.py --model RUN/checkpoints/final --suite finance --samples 1
 
 Last line: RATIO fast_vs_standard_tokens_per_s=<the option honing would choose: fastest inside the
 standard CI> with both pass@1s and CIs.
@@ -28,32 +31,43 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=32)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--methods", default="", help="comma-separated options (default: every option release/fast.py has)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
 
     from honing.eval.runner import evaluate_suite
     from honing.eval.suite import load_suite, suite_tasks
     from honing.models import load_policy
-    from honing.release.fast import apply_method, chat_prompts, engine_for, options, tokens_per_s
+    from honing.release.fast import apply_method, chat_prompts, engine_for, options, split_method, tokens_per_s
 
     model, tok = load_policy(args.model)
     engines = {"standard": engine_for(model, tok)}
-    for m in options():
-        engines[m] = engine_for(apply_method(model, m), tok)
+    weights: dict = {}
+    for m in (args.methods.split(",") if args.methods else options()):
+        w, _ = split_method(m)
+        if w is not None and w not in weights:
+            weights[w] = apply_method(model, w)
+        engines[m] = engine_for(weights[w] if w else model, tok, m)
     suite = load_suite(args.suite)
     tasks = suite_tasks(suite, args.limit).tasks
-    prompts = chat_prompts(tok, tasks[: args.prompts])
+    step = max(1, len(tasks) // max(args.prompts, 1))  # spread over the suite's sources
+    prompts = chat_prompts(tok, tasks[::step][: args.prompts])
     t0 = time.perf_counter()
     speed = tokens_per_s(engines, prompts, args.max_new_tokens, args.rounds)
-    print(f"speed measured in {time.perf_counter() - t0:.0f} s: " +
-          ", ".join(f"{k} {v:.2f} tokens/s" for k, v in speed.items()), flush=True)
+    print(f"speed measured in {time.perf_counter() - t0:.0f} s on {len(prompts)} prompts x {args.max_new_tokens} "
+          f"new tokens, one stream, greedy, best of {args.rounds} interleaved rounds:", flush=True)
+    for k, v in speed.items():
+        st = getattr(engines[k], "spec_stats", {})
+        extra = (f"  draft tokens accepted {st['accepted']}/{st['drafted']} over {st['forwards']} verify forwards"
+                 if st.get("forwards") else "")
+        print(f"  {k:<26} {v:7.2f} tokens/s  {v / speed['standard']:5.2f}x{extra}", flush=True)
     res = {}
     for m, eng in engines.items():
         t1 = time.perf_counter()
         r = evaluate_suite(args.model, suite, samples=args.samples, limit=args.limit, engine=eng, tokenizer=tok)
         o = r["overall"]
         res[m] = (o["pass@1"], o["ci"]["pass@1"], o["n_tasks"])
-        print(f"{m:<13} pass@1 {o['pass@1']:.3f} [{o['ci']['pass@1'][0]:.3f}, {o['ci']['pass@1'][1]:.3f}] "
+        print(f"{m:<26} pass@1 {o['pass@1']:.3f} [{o['ci']['pass@1'][0]:.3f}, {o['ci']['pass@1'][1]:.3f}] "
               f"over {o['n_tasks']} tasks x {args.samples} ({time.perf_counter() - t1:.0f} s)", flush=True)
     p_std, ci_std, _ = res["standard"]
     inside = [m for m in engines if m != "standard" and ci_std[0] <= res[m][0] <= ci_std[1]]

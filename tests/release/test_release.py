@@ -168,6 +168,7 @@ def test_fast_variant_measures_and_records_both(world: dict) -> None:
     fast = rel.meta["fast"]
     methods = [c["method"] for c in fast["candidates"]]
     assert methods[0] == "standard" and "int8-dynamic" in methods
+    assert "ngram-spec" in methods and "int8-dynamic+ngram-spec" in methods
     assert all(c["tokens_per_s"] > 0 and c["pass@1"] is not None for c in fast["candidates"])
     d = Path(rel.path)
     assert json.loads((d / "variant.json").read_text())["method"] == fast["method"]
@@ -177,8 +178,11 @@ def test_fast_variant_measures_and_records_both(world: dict) -> None:
 
     served = load_served("release:v1-fast", registry=world["reg"])
     assert served.variant == "fast"
-    if fast["method"] == "int8-dynamic":
-        assert any("quantized" in type(m).__module__ for m in served.engine.model.modules())
+    quantized = any("quantized" in type(m).__module__ for m in served.engine.model.modules())
+    assert quantized == fast["method"].startswith("int8-dynamic")
+    # the decoding part: a lone request decodes speculatively, concurrent ones stay batched
+    assert (served.engine.speculative is not None) == fast["method"].endswith("ngram-spec")
+    assert served.engine.speculative_max_rows == 1
 
 
 def test_bad_names_and_missing_registry(tmp_path: Path) -> None:

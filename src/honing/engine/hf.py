@@ -10,12 +10,15 @@ from __future__ import annotations
 import contextlib
 import copy
 import inspect
-from typing import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
 from honing.engine.types import Sample, SamplingParams
+
+if TYPE_CHECKING:
+    from honing.engine.speculative import NgramDraft
 
 
 def bf16_supported(device: torch.device | str = "cpu") -> bool:
@@ -60,6 +63,12 @@ def sample_tokens(logits: torch.Tensor, params: SamplingParams,
         tok = logits.argmax(dim=-1)
         return tok, logp.gather(-1, tok[:, None]).squeeze(-1)
     logp = torch.log_softmax(logits / params.temperature, dim=-1)
+    tok = inverse_cdf_sample(torch.softmax(truncate(logp, params), dim=-1), gen)
+    return tok, logp.gather(-1, tok[:, None]).squeeze(-1)
+
+
+def truncate(logp: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """`logp` [N, V] with the tokens outside top-k / top-p set to -inf (not renormalised)."""
     filt = logp
     if params.top_k > 0:
         kth = torch.topk(filt, min(params.top_k, filt.shape[-1]), dim=-1).values[:, -1:]
@@ -69,8 +78,7 @@ def sample_tokens(logits: torch.Tensor, params: SamplingParams,
         p_srt = torch.softmax(srt, dim=-1)
         drop = p_srt.cumsum(-1) - p_srt > params.top_p  # keep the token that crosses top_p
         filt = filt.scatter(-1, idx, srt.masked_fill(drop, float("-inf")))
-    tok = inverse_cdf_sample(torch.softmax(filt, dim=-1), gen)
-    return tok, logp.gather(-1, tok[:, None]).squeeze(-1)
+    return filt
 
 
 def inverse_cdf_sample(probs: torch.Tensor, gen: torch.Generator | None) -> torch.Tensor:
@@ -116,7 +124,7 @@ class TransformersEngine:
 
     def __init__(self, model: PreTrainedModel, eos_ids: Sequence[int], pad_id: int,
                  bf16_autocast: bool = False, max_batch_size: int = 64,
-                 weights_dtype: torch.dtype | None = None) -> None:
+                 weights_dtype: torch.dtype | None = None, speculative: "NgramDraft | None" = None) -> None:
         self.eos_ids = torch.tensor(sorted(set(eos_ids)), dtype=torch.long)
         self.pad_id = pad_id
         self.bf16_autocast = bf16_autocast
@@ -127,6 +135,12 @@ class TransformersEngine:
         # called with each decode step's tokens [rows of the chunk] (pad for finished rows): how
         # `honing serve` streams tokens as they are made; None in training
         self.on_step: Callable[[torch.Tensor], None] | None = None
+        # speculative decoding with an n-gram draft (engine/speculative.py), stream by stream, for
+        # chunks of at most `speculative_max_rows` rows (prompts x n): one stream is what a server
+        # sees at low load; larger batches decode batched as usual (they amortise the per-step cost)
+        self.speculative = speculative
+        self.speculative_max_rows = 1
+        self.spec_stats = {"forwards": 0, "drafted": 0, "accepted": 0}
         self.set_model(model)
 
     def set_model(self, model: PreTrainedModel) -> None:
@@ -178,6 +192,9 @@ class TransformersEngine:
 
     def _generate_chunk(self, prompts: list[Sequence[int]], params: SamplingParams,
                         gen: torch.Generator | None) -> list[list[Sample]]:
+        if self.speculative is not None and len(prompts) * params.n <= self.speculative_max_rows \
+                and all(len(p) > 0 for p in prompts):
+            return [[self._generate_speculative(p, params, gen) for _ in range(params.n)] for p in prompts]
         dev = self.model.device
         ids, mask = left_pad(prompts, self.pad_id)
         ids, mask = ids.to(dev), mask.to(dev)
@@ -237,3 +254,36 @@ class TransformersEngine:
                 samples.append([])
             samples[-1].append(Sample(tuple(ids_r), tuple(lps_r), reason))  # type: ignore[arg-type]
         return samples
+
+    def _generate_speculative(self, prompt: Sequence[int], params: SamplingParams,
+                              gen: torch.Generator | None) -> Sample:
+        from honing.engine.speculative import speculative_decode
+
+        dev = self.model.device
+        cache = DynamicCache()
+
+        def forward(ids: torch.Tensor, cache: DynamicCache, past: int) -> torch.Tensor:
+            m = ids.shape[1]
+            pos = torch.arange(past, past + m, device=dev)[None]
+            mask = torch.ones((1, past + m), dtype=torch.long, device=dev)
+            with autocast_ctx(self.autocast, dev):
+                return self.model(input_ids=ids.to(dev), attention_mask=mask, position_ids=pos, use_cache=True,
+                                  **{self._cache_kw: cache}).logits[0]
+
+        def sample(logits: torch.Tensor) -> tuple[int, float]:
+            tok, lp = sample_tokens(logits, params, gen if dev.type == "cpu" else None)
+            return int(tok[0]), float(lp[0])
+
+        def on_token(t: int) -> None:
+            if self.on_step is not None:
+                self.on_step(torch.tensor([t]))
+
+        ids = torch.tensor([list(prompt)], dtype=torch.long, device=dev)
+        with autocast_ctx(self.autocast, dev):
+            first = self.model(input_ids=ids, use_cache=True, logits_to_keep=1, **{self._cache_kw: cache}).logits[:, -1]
+        assert self.speculative is not None
+        out, stats = speculative_decode(forward, prompt, first, cache, params, self.speculative,
+                                        set(self.eos_ids.tolist()), gen if dev.type == "cpu" else None, sample, on_token)
+        for k, v in stats.items():
+            self.spec_stats[k] += v
+        return out

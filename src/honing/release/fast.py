@@ -1,18 +1,25 @@
 """The fast variant of a release: options measured side by side, the fastest one kept whose held-out
 pass@1 stays inside the standard variant's 95% CI.
 
-Options measured now:
+Options measured now (a method is a weights part, a decoding part, or both joined by '+'):
 
 - `int8-dynamic`: post-training dynamic quantization of every nn.Linear (torch.ao, fbgemm on x86
   CPUs): int8 weights, activations quantized per call. Decoding a 135M model on a CPU reads its
   weights once per token, so a quarter of the bytes is where the speed comes from.
 - `bf16`: a bf16 copy of the weights, only where bf16 matmuls are native (a GPU, or a CPU with
   AMX/AVX512-BF16); emulated bf16 is slower than fp32, so it is not tried elsewhere.
+- `ngram-spec`: speculative decoding with an n-gram draft (engine/speculative.py): the tokens that
+  followed the latest earlier occurrence of the last n-gram are scored in one forward and the prefix
+  the model agrees with is kept. Lossless (greedy output unchanged; sampled output has the same
+  distribution); it pays where replies copy their prompt or repeat themselves (extraction, code,
+  patches) and little on free prose. It runs stream by stream: a server uses it for a lone request
+  and decodes concurrent requests batched as usual.
+- `int8-dynamic+ngram-spec` (and `bf16+ngram-spec`): both.
 
-Not covered: speculative decoding. A truncated-layer draft (SmolLM2's first 6 of 30 layers, no
-training) through transformers' assisted generation measured 0.5 tokens/s against 1.5-2.4 for plain
-greedy generate in the same script (a loaded 2-core machine): an untrained early-exit draft is
-rejected too often to pay for itself, so it is not an option here. GPU int8 kernels neither.
+Not covered: a draft *model*. A truncated-layer draft (SmolLM2's first 6 of 30 layers, no training)
+through transformers' assisted generation measured 0.5 tokens/s against 1.5-2.4 for plain greedy
+generate in the same script (a loaded 2-core machine): an untrained early-exit draft is rejected too
+often to pay for itself, and SmolLM2-135M has no smaller sibling. GPU int8 kernels neither.
 The variant is a recipe over the same HF weights (variant.json): `honing serve` applies it at
 load time, which takes about a second; the weights on disk stay the standard, loadable ones.
 """
@@ -33,30 +40,71 @@ from honing.errors import HoningError
 VARIANT_FILE = "variant.json"
 
 
+WEIGHT_METHODS = ("int8-dynamic", "bf16")
+DECODE_METHODS = ("ngram-spec",)
+
+
 def options() -> list[str]:
     from honing.engine.hf import bf16_supported
 
     if torch.cuda.is_available():  # serve decodes on the GPU there: bf16 is the option, fbgemm int8 is CPU-only
-        return ["bf16"]
-    out = ["int8-dynamic"]
-    if bf16_supported("cpu"):
-        out.append("bf16")
-    return out
+        weights = ["bf16"]
+    else:
+        weights = ["int8-dynamic"] + (["bf16"] if bf16_supported("cpu") else [])
+    return weights + ["ngram-spec"] + [f"{w}+ngram-spec" for w in weights]
+
+
+def split_method(method: str) -> tuple[str | None, str | None]:
+    """'int8-dynamic+ngram-spec' -> ('int8-dynamic', 'ngram-spec'); 'standard' -> (None, None)."""
+    if method == "standard":
+        return None, None
+    weights = decode = None
+    for part in method.split("+"):
+        if part in WEIGHT_METHODS and weights is None:
+            weights = part
+        elif part in DECODE_METHODS and decode is None:
+            decode = part
+        else:
+            raise HoningError(f"unknown fast-variant method {method!r}: one of {', '.join(WEIGHT_METHODS)}, "
+                              f"{', '.join(DECODE_METHODS)}, or a weights and a decoding method joined by '+'")
+    return weights, decode
 
 
 def apply_method(model: Any, method: str) -> Any:
-    """A copy of `model` run the `method` way ('standard' returns the model itself)."""
-    if method == "standard":
+    """A copy of `model` with `method`'s weights part applied (the model itself when it has none)."""
+    weights, _ = split_method(method)
+    if weights is None:
         return model
-    if method == "int8-dynamic":
+    if weights == "int8-dynamic":
         with warnings.catch_warnings():  # torch.ao's eager quantization is deprecated in favour of torchao
             warnings.simplefilter("ignore")
             return torch.ao.quantization.quantize_dynamic(copy.deepcopy(model).eval(), {torch.nn.Linear},
                                                           dtype=torch.qint8)
-    if method == "bf16":
-        dev = "cuda" if torch.cuda.is_available() else "cpu"
-        return copy.deepcopy(model).to(dev, torch.bfloat16).eval()
-    raise HoningError(f"unknown fast-variant method {method!r} (int8-dynamic, bf16)")
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    return copy.deepcopy(model).to(dev, torch.bfloat16).eval()
+
+
+def speculation_for(method: str) -> Any:
+    """The engine's speculative-decoding setting for `method` (None without a decoding part)."""
+    from honing.engine.speculative import NgramDraft
+
+    _, decode = split_method(method)
+    return NgramDraft() if decode == "ngram-spec" else None
+
+
+def configure_engine(engine: Any, method: str, every_stream: bool = False) -> Any:
+    """Set `method`'s decoding part on a transformers engine. `every_stream`: decode every row
+    speculatively, one by one (how a fast variant's pass@1 is measured: on the path it serves);
+    otherwise only a lone stream is (a server's concurrent requests stay batched)."""
+    from honing.engine.hf import TransformersEngine
+
+    spec = speculation_for(method)
+    if isinstance(engine, TransformersEngine):
+        engine.speculative = spec
+        engine.speculative_max_rows = 1 << 30 if every_stream else 1
+    elif spec is not None:
+        raise HoningError(f"fast-variant method {method!r} needs honing's transformers engine (serve --engine hf)")
+    return engine
 
 
 def read_variant(release_dir: Path) -> dict[str, Any]:
@@ -68,13 +116,14 @@ def apply_variant(model: Any, info: dict[str, Any]) -> Any:
     return apply_method(model, info.get("method", "standard"))
 
 
-def engine_for(model: Any, tok: Any) -> Any:
+def engine_for(model: Any, tok: Any, method: str = "standard", every_stream: bool = True) -> Any:
+    """An engine decoding `model` (already through apply_method) the `method` way."""
     from honing.engine.hf import TransformersEngine
     from honing.serve.model import eos_ids_for
 
     if torch.cuda.is_available() and model.device.type == "cpu" and not _quantized(model):
         model = model.to("cuda")  # measured where serve would run it
-    return TransformersEngine(model, eos_ids_for(tok), tok.pad_token_id)
+    return configure_engine(TransformersEngine(model, eos_ids_for(tok), tok.pad_token_id), method, every_stream)
 
 
 def _quantized(model: Any) -> bool:
@@ -126,8 +175,12 @@ def choose_fast(model_dir: Path, suite_name: str, limit: int | None, standard: d
     suite = load_suite(suite_name)
     model, tok = load_policy(str(model_dir))
     engines = {"standard": engine_for(model, tok)}
+    weights: dict[str, Any] = {}
     for m in options():
-        engines[m] = engine_for(apply_method(model, m), tok)
+        w, _ = split_method(m)
+        if w is not None and w not in weights:
+            weights[w] = apply_method(model, w)
+        engines[m] = engine_for(weights[w] if w else model, tok, m)
     tasks = suite_tasks(suite, limit).tasks
     if not tasks:
         raise HoningError(f"suite {suite_name} has no tasks to measure the fast variant on")
