@@ -102,6 +102,31 @@ def test_models_health_metrics(client: httpx.Client) -> None:
     assert m["latency_s"]["p50"] is not None and m["latency_s"]["p99"] >= m["latency_s"]["p50"]
 
 
+def test_metrics_in_prometheus_text_format(client: httpx.Client) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    client.post("/v1/completions", json={"prompt": "abc", "max_tokens": 3, "temperature": 0})
+    js = client.get("/metrics").json()
+    scraped = client.get("/metrics", headers={"Accept": "text/plain;version=0.0.4;q=0.3,*/*;q=0.1"})  # Prometheus' own
+    assert scraped.status_code == 200 and scraped.headers["content-type"].startswith("text/plain")
+    fams = {f.name: f for f in text_string_to_metric_families(scraped.text)}  # the reference parser accepts it
+    assert {"honing_requests", "honing_completion_tokens", "honing_request_latency_seconds",
+            "honing_tokens_per_second", "honing_batches"} <= set(fams)
+    assert fams["honing_requests"].type == "counter" and fams["honing_request_latency_seconds"].type == "summary"
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value for f in fams.values() for s in f.samples}
+    ok = samples[("honing_requests_total", (("model", "tiny-random"), ("status", "200")))]
+    assert ok >= js["requests_by_status"]["200"]  # counters only grow between the two reads
+    assert samples[("honing_completion_tokens_total", (("model", "tiny-random"),))] >= js["completion_tokens"] > 0
+    count = samples[("honing_request_latency_seconds_count", (("model", "tiny-random"),))]
+    assert count >= js["latency_s"]["count"] > 0
+    p50 = samples[("honing_request_latency_seconds", (("model", "tiny-random"), ("quantile", "0.5")))]
+    assert 0 < p50 <= samples[("honing_request_latency_seconds", (("model", "tiny-random"), ("quantile", "0.99")))]
+    assert client.get("/metrics?format=prometheus").text.startswith("# HELP honing_requests_total")
+    assert "requests" in client.get("/metrics", headers={"Accept": "application/json"}).json()
+    bad = client.get("/metrics?format=xml")
+    assert bad.status_code == 400 and "format=xml" in bad.json()["error"]["message"]
+
+
 def test_concurrent_requests_share_a_batch_each_logged_once(client: httpx.Client, server) -> None:  # noqa: ANN001
     before = client.get("/metrics").json()["max_batch_requests"]
     out: list = [None] * 6

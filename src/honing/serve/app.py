@@ -1,7 +1,7 @@
 """The OpenAI-compatible HTTP API of `honing serve` (FastAPI; uvicorn runs it).
 
 Endpoints: `POST /v1/chat/completions`, `POST /v1/completions` (both with `stream: true` as
-server-sent events), `GET /v1/models`, `GET /health`, `GET /metrics` (JSON).
+server-sent events), `GET /v1/models`, `GET /health`, `GET /metrics` (JSON, or Prometheus text to a scraper).
 
 Auth: with a token, every endpoint but `/health` needs `Authorization: Bearer <token>` (401
 otherwise). `serve()` refuses a non-loopback host without one. The token is compared in constant
@@ -30,12 +30,12 @@ from honing.errors import HoningError
 
 try:  # the `dev`/`service` extra; FastAPI resolves the handlers' annotations from module globals
     from fastapi import FastAPI, Request
-    from fastapi.responses import JSONResponse, StreamingResponse
+    from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 except ImportError as e:  # pragma: no cover
     raise HoningError("honing serve needs fastapi and uvicorn: pip install 'honing[dev]'") from e
 from honing.serve.batcher import Batcher, Job
 from honing.serve.logstore import LogStore
-from honing.serve.metrics import Metrics
+from honing.serve.metrics import Metrics, prometheus_text, wants_prometheus
 from honing.serve.model import Served, current_release_name, load_served
 
 NO_LOG_HEADER = "x-honing-no-log"
@@ -235,9 +235,15 @@ def create_app(server: Server) -> Any:
         return {"status": "ok", "model": s.name, "release": s.release, "variant": s.variant,
                 "uptime_s": round(time.time() - server.metrics.started, 3), "reloads": server.reloads[-5:]}
 
-    @app.get("/metrics")
-    async def metrics() -> dict:
-        return {**server.metrics.snapshot(), "model": server.served.name, "logging": server.log is not None}
+    @app.get("/metrics", response_model=None)
+    async def metrics(request: Request, format: str | None = None) -> Any:  # noqa: A002 - the query key
+        if format is not None and format.lower() not in ("json", "prometheus"):
+            return error(400, f"/metrics?format={format}: one of json, prometheus", "invalid_request_error")
+        snap = server.metrics.snapshot()
+        if wants_prometheus(format, request.headers.get("accept")):
+            return PlainTextResponse(prometheus_text(snap, server.served.name),
+                                     media_type="text/plain; version=0.0.4; charset=utf-8")
+        return {**snap, "model": server.served.name, "logging": server.log is not None}
 
     @app.get("/v1/models")
     async def models() -> dict:
