@@ -62,16 +62,33 @@ def test_killed_in_the_evaluation_after_sft_resumes_at_that_evaluation(tmp_path:
     from honing.schedule import loop
 
     real = loop.Run.evaluate
+    labels: list[str] = []
+    first: dict = {}
 
     def dies_after_sft(self, step, label):  # noqa: ANN001
+        labels.append(label)
         if label == "after SFT":
             raise KeyboardInterrupt("killed")
+        res = real(self, step, label)
+        first[label] = res[0]
+        return res
+
+    def counted(self, step, label):  # noqa: ANN001
+        labels.append(label)
         return real(self, step, label)
 
     monkeypatch.setattr(loop.Run, "evaluate", dies_after_sft)
     with pytest.raises(KeyboardInterrupt):
         api.train("smoke", QUICK, out=tmp_path / "r")
-    monkeypatch.setattr(loop.Run, "evaluate", real)
+    assert (tmp_path / "r" / "sft-progress" / "before.json").is_file()
+    monkeypatch.setattr(loop.Run, "evaluate", counted)
+    labels.clear()
     summary = api.train(tmp_path / "r" / "config.yaml", out=tmp_path / "r", resume=True)
     assert summary["sft"]["resumed_at"] == 9 and summary["sft"]["losses"] == []  # no SFT step run twice
+    assert labels == ["after SFT"]  # the evaluation before SFT is not decoded again
+    b = summary["heldout_before"]
+    assert b["pass@1"] == first["before"]["pass@1"] and b["per_task_pass@1"] == first["before"]["per_task_pass@1"]
     assert summary["heldout_after_sft"] is not None and (tmp_path / "r" / "checkpoints" / "sft").is_dir()
+    assert not (tmp_path / "r" / "sft-progress").exists()
+    fresh = api.train("smoke", QUICK, out=tmp_path / "r")  # a fresh run in the same folder evaluates anew
+    assert labels[-2:] == ["before", "after SFT"] and fresh["heldout_before"]["pass@1"] == b["pass@1"]

@@ -39,7 +39,7 @@ from honing.schedule.rollout_side import LocalRollout, eos_ids_of
 from honing.schedule.runlog import RunLog, atomic_write_text, prune_checkpoints, save_checkpoint
 from honing.schedule.sampler import Outcome, TaskSampler
 from honing.schedule.sft_stage import DEMOS, PROGRESS as SFT_PROGRESS, clear_progress as clear_sft_progress
-from honing.schedule.sft_stage import run_sft_stage
+from honing.schedule.sft_stage import keeps_progress as keeps_sft_progress, load_before, run_sft_stage, save_before
 from honing.schedule.setup import (Setup, batch_scores, build_tasks, check_heldout_overlap, informative_groups,
                                    layer_means, multiturn_config, seed_everything, verify_and_score)
 from honing.schedule.state import RunState
@@ -212,12 +212,11 @@ class Run:
     def _wipe(self, keep_sft_progress: bool = False) -> None:
         """A fresh start in this directory. `keep_sft_progress`: a resume of a run killed during its SFT
         stage (before step 0 committed) keeps the stage's demonstrations and progress."""
-        keep = (DEMOS,) if keep_sft_progress and (self.dir / SFT_PROGRESS / "state.pt").exists() else ()
+        keep_dir, keep_demos = keeps_sft_progress(self.dir) if keep_sft_progress else (False, False)
         for name in ("state.sqlite", "state.sqlite-wal", "state.sqlite-shm", "metrics.jsonl", "summary.json",
-                     "reporters.json", DEMOS):
-            if name not in keep:
-                (self.dir / name).unlink(missing_ok=True)
-        for sub in ("trajectories", "tb", "checkpoints", "wandb", "mlruns") + (() if keep else (SFT_PROGRESS,)):
+                     "reporters.json") + (() if keep_demos else (DEMOS,)):
+            (self.dir / name).unlink(missing_ok=True)
+        for sub in ("trajectories", "tb", "checkpoints", "wandb", "mlruns") + (() if keep_dir else (SFT_PROGRESS,)):
             shutil.rmtree(self.dir / sub, ignore_errors=True)
 
     def _rewrite_metrics(self, upto: int) -> None:
@@ -318,7 +317,16 @@ def warm_start(r: Run) -> dict[str, float]:
     """A fresh run: held-out evaluation of the initial policy, then the SFT stage when asked for
     (graded demonstrations, sft_stage.py). Returns step 0's metrics."""
     cfg = r.cfg
-    before, m0 = r.evaluate(0, "before")
+    kept = load_before(r.dir) if cfg.sft.steps else None  # a resume killed in the SFT stage: evaluated already
+    if kept is not None:
+        before, m0 = kept
+        r.health.observe_heldout(0, before)
+        r.progress.note(f"held-out before: pass@1 {before['pass@1']:.3f}  mean reward {before['mean_reward']:.3f}"
+                        f"  (evaluated before the interruption: {r.dir / SFT_PROGRESS})")
+    else:
+        before, m0 = r.evaluate(0, "before")
+        if cfg.sft.steps:
+            save_before(r.dir, before, m0, HELDOUT_KEYS)
     after_sft = None
     if cfg.sft.steps:
         m0.update(run_sft_stage(r))

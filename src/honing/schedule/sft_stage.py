@@ -6,11 +6,14 @@ Resumable: with `sft.checkpoint_every`, progress (weights, optimizer, step) goes
 every N steps and after the last one, and a killed run continues from there on `honing train
 --resume` with the demonstrations it had collected (read back from demos.jsonl, ids and all), so the
 batches and the result are the same; a run killed in the held-out evaluation after SFT resumes at
-that evaluation. The progress is removed once the SFT checkpoint (checkpoints/sft) is written.
+that evaluation. The held-out evaluation before SFT is kept there too (`before.json`), so a resume
+does not decode it again (on a multi-turn domain that is a long evaluation). The progress is removed
+once the SFT checkpoint (checkpoints/sft) is written.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -25,6 +28,7 @@ from honing.train.trainer import set_activation_checkpointing
 
 PROGRESS = "sft-progress"
 DEMOS = "demos.jsonl"
+BEFORE = "before.json"
 
 
 def _save_progress(run_dir: Path, model: Any, step: int, extra: dict) -> None:
@@ -38,6 +42,34 @@ def _save_progress(run_dir: Path, model: Any, step: int, extra: dict) -> None:
 def _load_progress(run_dir: Path) -> dict | None:
     f = run_dir / PROGRESS / "state.pt"
     return torch.load(f, weights_only=False) if f.exists() else None
+
+
+def save_before(run_dir: Path, result: dict[str, Any], metrics: dict[str, float], keys: tuple[str, ...]) -> None:
+    """Keep the held-out evaluation before SFT (its `keys` and step 0's metrics) for a resume."""
+    d = run_dir / PROGRESS
+    d.mkdir(parents=True, exist_ok=True)
+    tmp = d / f".{BEFORE}.tmp-{os.getpid()}"
+    tmp.write_text(json.dumps({"result": {k: result.get(k) for k in keys}, "metrics": metrics}))
+    os.replace(tmp, d / BEFORE)
+
+
+def load_before(run_dir: Path) -> tuple[dict[str, Any], dict[str, float]] | None:
+    """The evaluation `save_before` kept, or None (none kept, or an unreadable file: evaluate again)."""
+    f = run_dir / PROGRESS / BEFORE
+    try:
+        d = json.loads(f.read_text())
+        return d["result"], d["metrics"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def keeps_progress(run_dir: Path) -> tuple[bool, bool]:
+    """What a resume of a run killed before step 0 committed keeps: (the progress folder, the
+    demonstrations). The folder when it holds SFT progress or the before-evaluation; the
+    demonstrations only with SFT progress (the batches were drawn from them)."""
+    d = run_dir / PROGRESS
+    state = (d / "state.pt").exists()
+    return state or (d / BEFORE).exists(), state
 
 
 def clear_progress(run_dir: Path) -> None:
