@@ -46,6 +46,36 @@ def test_killed_sft_stage_resumes_to_the_same_weights(tmp_path: Path, monkeypatc
     assert len(demos) == 32 and all(d["status"] == "kept" and d["source"] == "reference" for d in demos)
 
 
+def test_a_stop_signal_in_the_sft_stage_saves_progress_and_resume_matches(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+    import signal
+
+    from honing.schedule.loop import StoppedEarly
+
+    quick = [q for q in QUICK if not q.startswith("sft.checkpoint_every")]  # no periodic progress: the stop saves it
+    a, b = tmp_path / "a", tmp_path / "b"
+    api.train("smoke", quick, out=a)
+    real, calls = sft_mod._batch_losses, {"n": 0}
+
+    def sigterm_in_step_5(*args, **kw):  # noqa: ANN002, ANN003
+        calls["n"] += 1
+        if calls["n"] == 5:
+            os.kill(os.getpid(), signal.SIGTERM)  # the run's own handler: finish this step, save, stop
+        return real(*args, **kw)
+
+    monkeypatch.setattr(sft_mod, "_batch_losses", sigterm_in_step_5)
+    with pytest.raises(StoppedEarly, match="SIGTERM in the SFT stage"):
+        api.train("smoke", quick, out=b)
+    assert torch.load(b / "sft-progress" / "state.pt", weights_only=False)["step"] == 5
+    assert not (b / "checkpoints" / "sft").exists()
+    monkeypatch.setattr(sft_mod, "_batch_losses", real)
+    summary = api.train(b / "config.yaml", out=b, resume=True)
+    assert summary["sft"]["resumed_at"] == 5 and len(summary["sft"]["losses"]) == 4
+    wa, wb = _weights(a), _weights(b)
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
 def test_lora_sft_is_merged_into_the_checkpoint(tmp_path: Path) -> None:
     from honing.models import load_policy
 

@@ -329,7 +329,9 @@ def warm_start(r: Run) -> dict[str, float]:
             save_before(r.dir, before, m0, HELDOUT_KEYS)
     after_sft = None
     if cfg.sft.steps:
-        m0.update(run_sft_stage(r))
+        stop_if_requested(r, "after the held-out evaluation before SFT (kept)")
+        m0.update(run_sft_stage(r, should_stop=lambda: bool(r.stop is not None and r.stop.requested)))
+        stop_if_requested(r, "in the SFT stage (its progress saved)")
         r.engine.load_weights(None, version=0)  # an engine with its own copy serves the SFT weights
         after_sft, m_sft = r.evaluate(0, "after SFT")
         m0.update({f"after_sft/{key}": v for key, v in m_sft.items()})
@@ -460,6 +462,16 @@ def commit(r: Run, step: int, batch: StepBatch, metrics: dict[str, float], outco
         progress.note(f"step {step}: {e.get('domain')}: {e.get('kind')} {e.get('old')} -> {e.get('new')} "
                       f"({e.get('reason', '')})")
     return ckpt_step
+
+
+def stop_if_requested(r: Run, where: str) -> None:
+    """A signal during the warm start (before step 0 commits) stops here: a resume continues from
+    the SFT stage's saved progress and the kept evaluation before it."""
+    if r.stop is None or not r.stop.requested:
+        return
+    r.log.close("stopped")
+    r.state.close()
+    raise StoppedEarly(f"stopped on {r.stop.requested} {where}; continue with `honing train --resume {r.dir}`")
 
 
 def stop_early(r: Run, step: int) -> None:

@@ -87,8 +87,10 @@ def demonstrations_for(r: Any, progress_state: dict | None) -> list:
     return demos
 
 
-def run_sft_stage(r: Any) -> dict[str, float]:
-    """Fine-tune `r.model` in place on the kept demonstrations. Returns the stage's metrics."""
+def run_sft_stage(r: Any, should_stop: Any = None) -> dict[str, float]:
+    """Fine-tune `r.model` in place on the kept demonstrations. Returns the stage's metrics.
+    `should_stop()` true after a step (a stop signal): that step's progress is saved and the
+    stage returns early (the caller stops the run; `--resume` continues from there)."""
     cfg, s = r.cfg, r.cfg.sft
     state = _load_progress(r.dir)
     demos = demonstrations_for(r, state)
@@ -116,7 +118,8 @@ def run_sft_stage(r: Any) -> dict[str, float]:
                  cfg.seed, on_step=lambda i, loss: bar.advance(f"loss {loss:.3f}"), pack_tokens=s.pack_tokens,
                  micro_batch_tokens=s.micro_batch_tokens, chunk_tokens=cfg.train.logprob_chunk_tokens,
                  start_step=start, optimizer_state=opt_state, checkpoint_every=s.checkpoint_every,
-                 on_checkpoint=lambda step, extra: _save_progress(r.dir, model, step, extra))
+                 on_checkpoint=lambda step, extra: _save_progress(r.dir, model, step, extra),
+                 should_stop=should_stop)
     if s.gradient_checkpointing:
         set_activation_checkpointing(model, False)  # RL follows train.gradient_checkpointing
     if s.lora:  # the adapters folded into the weights: RL (and its KL reference) start from the SFT policy

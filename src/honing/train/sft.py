@@ -197,7 +197,8 @@ def sft(model: PreTrainedModel, demos: Sequence[Any], pad_id: int, steps: int,
         on_step: Callable[[int, float], None] | None = None, micro_batch_tokens: int = 0,
         chunk_tokens: int = 0, pack_tokens: int = 0, start_step: int = 0,
         optimizer_state: dict | None = None,
-        on_checkpoint: Callable[[int, dict], None] | None = None, checkpoint_every: int = 0) -> list[float]:
+        on_checkpoint: Callable[[int, dict], None] | None = None, checkpoint_every: int = 0,
+        should_stop: Callable[[], bool] | None = None) -> list[float]:
     """Mean token NLL minimised with AdamW over `steps` random batches. Returns the losses of the
     steps run (start_step..steps-1).
 
@@ -214,6 +215,7 @@ def sft(model: PreTrainedModel, demos: Sequence[Any], pad_id: int, steps: int,
     Resuming: `start_step` > 0 with the `optimizer_state` a checkpoint saved continues exactly
     where that run was (the batch order is a pure function of `seed` and the step).
     `on_checkpoint(step, {"optimizer": ...})` is called every `checkpoint_every` steps and after the last.
+    `should_stop()` true after a step (a stop signal) checkpoints that step and returns early.
     """
     rng = random.Random(seed)
     pool = list(demos)
@@ -238,9 +240,12 @@ def sft(model: PreTrainedModel, demos: Sequence[Any], pad_id: int, steps: int,
         losses.append(float(loss.detach()))
         if on_step:
             on_step(step, losses[-1])
-        if on_checkpoint and checkpoint_every and ((step + 1) % checkpoint_every == 0 or step + 1 == steps):
+        stopping = should_stop is not None and step + 1 < steps and should_stop()
+        if on_checkpoint and (stopping or checkpoint_every and ((step + 1) % checkpoint_every == 0 or step + 1 == steps)):
             model.eval()
             on_checkpoint(step + 1, {"optimizer": opt.state_dict()})
             model.train()
+        if stopping:
+            break
     model.eval()
     return losses
