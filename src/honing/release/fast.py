@@ -20,6 +20,10 @@ Not covered: a draft *model*. A truncated-layer draft (SmolLM2's first 6 of 30 l
 through transformers' assisted generation measured 0.5 tokens/s against 1.5-2.4 for plain greedy
 generate in the same script (a loaded 2-core machine): an untrained early-exit draft is rejected too
 often to pay for itself, and SmolLM2-135M has no smaller sibling. GPU int8 kernels neither.
+Weight-only int8 (activations kept exact) neither: torch's CPU kernel `_weight_int8pack_mm` took
+606 us against 88 us for the fp32 matmul of one 576x1536 row on an AVX2 CPU. That matters because
+int8-dynamic is not safe everywhere: on finance after SFT it took held-out pass@1 from 0.469 to
+0.016 (copied numbers corrupted), so the gate below, not the speed, decides.
 The variant is a recipe over the same HF weights (variant.json): `honing serve` applies it at
 load time, which takes about a second; the weights on disk stay the standard, loadable ones.
 """
