@@ -21,18 +21,28 @@ def _weights(run: Path) -> dict[str, torch.Tensor]:
     return load_file(run / "checkpoints" / "sft" / "model.safetensors")
 
 
+def _at_sft_step(monkeypatch: pytest.MonkeyPatch, n: int, action) -> None:  # noqa: ANN001
+    """Run `action()` when SFT step `n` (1-based) starts, by wrapping the batch-loss function."""
+    real, calls = sft_mod._batch_losses, {"n": 0}
+
+    def wrapped(*args, **kw):  # noqa: ANN002, ANN003
+        calls["n"] += 1
+        if calls["n"] == n:
+            action()
+        return real(*args, **kw)
+
+    monkeypatch.setattr(sft_mod, "_batch_losses", wrapped)
+
+
+def _kill() -> None:
+    raise KeyboardInterrupt("killed")
+
+
 def test_killed_sft_stage_resumes_to_the_same_weights(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     a, b = tmp_path / "a", tmp_path / "b"
     api.train("smoke", QUICK, out=a)
-    real, calls = sft_mod._batch_losses, {"n": 0}
-
-    def dies_at_step_8(*args, **kw):  # noqa: ANN002, ANN003
-        calls["n"] += 1
-        if calls["n"] == 8:
-            raise KeyboardInterrupt("killed")
-        return real(*args, **kw)
-
-    monkeypatch.setattr(sft_mod, "_batch_losses", dies_at_step_8)
+    real = sft_mod._batch_losses
+    _at_sft_step(monkeypatch, 8, _kill)
     with pytest.raises(KeyboardInterrupt):
         api.train("smoke", QUICK, out=b)
     assert torch.load(b / "sft-progress" / "state.pt", weights_only=False)["step"] == 6
@@ -56,15 +66,9 @@ def test_a_stop_signal_in_the_sft_stage_saves_progress_and_resume_matches(tmp_pa
     quick = [q for q in QUICK if not q.startswith("sft.checkpoint_every")]  # no periodic progress: the stop saves it
     a, b = tmp_path / "a", tmp_path / "b"
     api.train("smoke", quick, out=a)
-    real, calls = sft_mod._batch_losses, {"n": 0}
-
-    def sigterm_in_step_5(*args, **kw):  # noqa: ANN002, ANN003
-        calls["n"] += 1
-        if calls["n"] == 5:
-            os.kill(os.getpid(), signal.SIGTERM)  # the run's own handler: finish this step, save, stop
-        return real(*args, **kw)
-
-    monkeypatch.setattr(sft_mod, "_batch_losses", sigterm_in_step_5)
+    real = sft_mod._batch_losses
+    # the run's own handler: finish this step, save, stop
+    _at_sft_step(monkeypatch, 5, lambda: os.kill(os.getpid(), signal.SIGTERM))
     with pytest.raises(StoppedEarly, match="SIGTERM in the SFT stage"):
         api.train("smoke", quick, out=b)
     assert torch.load(b / "sft-progress" / "state.pt", weights_only=False)["step"] == 5

@@ -237,10 +237,12 @@ def create_app(server: Server) -> Any:
 
     @app.get("/metrics", response_model=None)
     async def metrics(request: Request, format: str | None = None) -> Any:  # noqa: A002 - the query key
-        if format is not None and format.lower() not in ("json", "prometheus"):
-            return error(400, f"/metrics?format={format}: one of json, prometheus", "invalid_request_error")
+        try:
+            prometheus = wants_prometheus(format, request.headers.get("accept"))
+        except ValueError as e:
+            return error(400, str(e), "invalid_request_error")
         snap = server.metrics.snapshot()
-        if wants_prometheus(format, request.headers.get("accept")):
+        if prometheus:
             return PlainTextResponse(prometheus_text(snap, server.served.name),
                                      media_type="text/plain; version=0.0.4; charset=utf-8")
         return {**snap, "model": server.served.name, "logging": server.log is not None}

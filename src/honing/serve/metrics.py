@@ -35,8 +35,7 @@ class Metrics:
         self.batches = 0
         self.batched_requests = 0
         self.max_batch = 0
-        self.latency_sum = 0.0  # over every successful request (the Prometheus summary's _sum/_count)
-        self.latency_count = 0
+        self.latency_sum = 0.0  # over every successful request (the Prometheus summary's _sum)
         self._recent: deque[tuple[float, float, int]] = deque(maxlen=keep)  # (end time, latency, tokens)
 
     def observe(self, status: int, latency_s: float, prompt_tokens: int = 0, completion_tokens: int = 0) -> None:
@@ -47,7 +46,6 @@ class Metrics:
             self.completion_tokens += completion_tokens
             if status == 200:
                 self.latency_sum += latency_s
-                self.latency_count += 1
                 self._recent.append((time.time(), latency_s, completion_tokens))
 
     def batch(self, requests: int, rows: int) -> None:
@@ -72,7 +70,7 @@ class Metrics:
                 "tokens_per_s": round(self.completion_tokens / uptime, 3),
                 "tokens_per_s_last_60s": round(sum(r[2] for r in recent) / window, 3),
                 "latency_s": {"p50": percentile(lat, 50), "p99": percentile(lat, 99), "n": len(lat),
-                              "sum": round(self.latency_sum, 6), "count": self.latency_count},
+                              "sum": round(self.latency_sum, 6), "count": self.by_status.get("200", 0)},
                 "batches": self.batches,
                 "batched_requests": self.batched_requests,
                 "mean_batch_requests": round(self.batched_requests / self.batches, 3) if self.batches else None,
@@ -82,8 +80,10 @@ class Metrics:
 
 def wants_prometheus(fmt: str | None, accept: str | None) -> bool:
     """Whether a `/metrics` request asks for the Prometheus text format (`?format=prometheus`, or an
-    Accept header naming text/plain or OpenMetrics text without JSON)."""
-    if fmt:
+    Accept header naming text/plain or OpenMetrics text without JSON). ValueError for another format."""
+    if fmt is not None:
+        if fmt.lower() not in ("json", "prometheus"):
+            raise ValueError(f"/metrics?format={fmt}: one of json, prometheus")
         return fmt.lower() == "prometheus"
     a = (accept or "").lower()
     return "json" not in a and ("text/plain" in a or "openmetrics-text" in a)
