@@ -1,8 +1,9 @@
 """The fast variant of a release against the standard one, side by side in one process: output
 tokens/s of one stream (greedy, the engines interleaved round by round) and held-out pass@1 with
 95% bootstrap CIs on a suite, for every option honing's release/fast.py measures (int8 dynamic
-quantization; bf16 where the CPU has native bf16; speculative decoding with an n-gram draft; the
-combinations). A speculative option's pass@1 is measured on its own path: every sample decoded
+quantization of the decode steps with the prompt run in fp32, `int8-decode`; bf16 where the CPU has
+native bf16; speculative decoding with an n-gram draft; the combinations; `--methods` takes any,
+e.g. `int8-dynamic`, which quantizes the prompt's forward too). A speculative option's pass@1 is measured on its own path: every sample decoded
 stream by stream, speculatively.
 
     .venv/bin/python benchmarks/fast_variant.py                       # SmolLM2-135M-Instruct, quick suite
@@ -47,7 +48,7 @@ def main() -> None:
         w, _ = split_method(m)
         if w is not None and w not in weights:
             weights[w] = apply_method(model, w)
-        engines[m] = engine_for(weights[w] if w else model, tok, m)
+        engines[m] = engine_for(weights[w] if w else model, tok, m, standard=model)
     suite = load_suite(args.suite)
     tasks = suite_tasks(suite, args.limit).tasks
     step = max(1, len(tasks) // max(args.prompts, 1))  # spread over the suite's sources

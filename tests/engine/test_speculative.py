@@ -152,4 +152,36 @@ def test_fast_variant_methods_parse_and_configure_the_engine() -> None:
     configure_engine(eng, "int8-dynamic+ngram-spec")
     assert isinstance(eng.speculative, NgramDraft) and eng.speculative_max_rows == 1
     configure_engine(eng, "int8-dynamic")
-    assert eng.speculative is None
+    assert eng.speculative is None and eng.prefill_model is None
+    assert split_method("int8-decode+ngram-spec") == ("int8-decode", "ngram-spec")
+    with pytest.raises(HoningError, match="needs the standard weights"):
+        configure_engine(eng, "int8-decode")
+    configure_engine(eng, "int8-decode+ngram-spec", standard=eng.model)
+    assert eng.prefill_model is eng.model and isinstance(eng.speculative, NgramDraft)
+
+
+@pytest.mark.parametrize("spec", [False, True])
+def test_int8_decode_runs_the_prompt_with_the_standard_weights(spec: bool) -> None:
+    """int8-decode: the prompt's forward (and so the KV cache and the first token) is the standard
+    fp32 model's, bit for bit; the decode steps are the int8 copy's. int8-dynamic quantizes the
+    prompt's forward too, so its first token's log-prob is not the standard one."""
+    from honing.release.fast import apply_method, engine_for
+
+    model, tok = build_tiny_random(seed=0)
+    model.eval()
+    prompts = [[5, 6, 7, 8, 9, 10, 11, 12], [3, 1, 4, 1, 5, 9, 2, 6]]
+    method = "int8-decode+ngram-spec" if spec else "int8-decode"
+    std = engine_for(model, tok, "ngram-spec" if spec else "standard")
+    dec = engine_for(apply_method(model, "int8-decode"), tok, method, standard=model)
+    dyn = engine_for(apply_method(model, "int8-dynamic"), tok, "int8-dynamic")
+    one = SamplingParams(max_new_tokens=1, temperature=0.0)
+    for p in prompts:
+        [[s_std]], [[s_dec]], [[s_dyn]] = (e.generate([p], one) for e in (std, dec, dyn))
+        assert s_dec.token_ids == s_std.token_ids and s_dec.logprobs == s_std.logprobs
+        assert s_dyn.logprobs != s_std.logprobs
+    many = SamplingParams(max_new_tokens=12, temperature=0.0)
+    out_std, out_dec = std.generate(prompts, many), dec.generate(prompts, many)
+    lp_std = [lp for g in out_std for s in g for lp in s.logprobs[1:]]
+    lp_dec = [lp for g in out_dec for s in g for lp in s.logprobs[1:]]
+    assert lp_dec and lp_std != lp_dec  # the steps after the first ran the int8 weights
+    assert dec.model is not model and any("quantized" in type(m).__module__ for m in dec.model.modules())

@@ -69,6 +69,7 @@ def mismatch(model, ps, out, temperature=1.0):
     return float(d.mean()), float(d.max())
 
 
+@pytest.mark.xdist_group("vllm-engine")  # one engine for the group: its tests stay on one worker
 def test_generate_shapes_finish_reasons_and_seeds(engine):
     tok = engine.tok
     ps = prompts(tok)
@@ -96,6 +97,7 @@ def test_generate_shapes_finish_reasons_and_seeds(engine):
     assert {s.finish_reason for s in stop} <= {"stop", "length"}
 
 
+@pytest.mark.xdist_group("vllm-engine")  # one engine for the group: its tests stay on one worker
 def test_logprobs_match_the_trainer(engine):
     model = engine.source
     ps = prompts(engine.tok)
@@ -105,6 +107,7 @@ def test_logprobs_match_the_trainer(engine):
         assert mean < 0.02 and mx < 0.1, (t, mean, mx)
 
 
+@pytest.mark.xdist_group("vllm-engine")  # one engine for the group: its tests stay on one worker
 def test_full_weight_push_serves_the_new_weights(engine):
     ps = prompts(engine.tok)
     sp = SamplingParams(max_new_tokens=12, temperature=1.0, n=4)
@@ -126,6 +129,7 @@ def test_full_weight_push_serves_the_new_weights(engine):
     assert mismatch(new, ps, after)[0] < 0.02 and mismatch(new, ps, before)[0] > 0.05
 
 
+@pytest.mark.xdist_group("vllm-engine")  # one engine for the group: its tests stay on one worker
 def test_lora_push_serves_the_adapter(engine):
     """A LoRA run pushes merged weights: after the adapter trains, the engine serves the adapted policy."""
     from peft import LoraConfig, get_peft_model
@@ -147,6 +151,7 @@ def test_lora_push_serves_the_adapter(engine):
     assert any("lora_B" in n for n, _ in lora.named_parameters())  # the trainer's module is untouched
 
 
+@pytest.mark.xdist_group("vllm-engine")  # one engine for the group: its tests stay on one worker
 def test_bad_push_is_a_clear_error(engine):
     from honing.engine.vllm import EngineError
 

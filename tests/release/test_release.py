@@ -167,22 +167,43 @@ def test_fast_variant_measures_and_records_both(world: dict) -> None:
                        variant="fast", parent="v1")
     fast = rel.meta["fast"]
     methods = [c["method"] for c in fast["candidates"]]
-    assert methods[0] == "standard" and "int8-dynamic" in methods
-    assert "ngram-spec" in methods and "int8-dynamic+ngram-spec" in methods
+    assert methods[0] == "standard" and "int8-decode" in methods
+    assert "ngram-spec" in methods and "int8-decode+ngram-spec" in methods
     assert all(c["tokens_per_s"] > 0 and c["pass@1"] is not None for c in fast["candidates"])
     d = Path(rel.path)
     assert json.loads((d / "variant.json").read_text())["method"] == fast["method"]
     card = (d / "README.md").read_text()
-    assert "## Fast variant" in card and "int8-dynamic" in card and "standard" in card
+    assert "## Fast variant" in card and "int8-decode" in card and "standard" in card
     from honing.serve.model import load_served
 
     served = load_served("release:v1-fast", registry=world["reg"])
     assert served.variant == "fast"
     quantized = any("quantized" in type(m).__module__ for m in served.engine.model.modules())
-    assert quantized == fast["method"].startswith("int8-dynamic")
+    assert quantized == fast["method"].startswith("int8")
     # the decoding part: a lone request decodes speculatively, concurrent ones stay batched
     assert (served.engine.speculative is not None) == fast["method"].endswith("ngram-spec")
     assert served.engine.speculative_max_rows == 1
+
+
+def test_served_int8_decode_variant_runs_prompts_with_the_standard_weights(world: dict,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whatever the tiny model's gate picks, a release whose variant is int8-decode is served with
+    int8 decode weights and the standard (unquantized) weights for prompts, on the CPU."""
+    import honing.release.fast as fast
+    from honing.serve.model import load_served
+
+    build.create(f"{world['run1']}@1", "v1-int8", registry=world["reg"], eval_json=world["evals"]["mid"])
+    monkeypatch.setattr(fast, "read_variant", lambda d: {"variant": "fast", "method": "int8-decode+ngram-spec"})
+    served = load_served("release:v1-int8", registry=world["reg"])
+    eng = served.engine
+    assert served.variant == "fast" and eng.speculative is not None
+    assert any("quantized" in type(m).__module__ for m in eng.model.modules())
+    assert eng.prefill_model is not None and eng.prefill_model.device.type == "cpu"
+    assert not any("quantized" in type(m).__module__ for m in eng.prefill_model.modules())
+    from honing.engine.types import SamplingParams
+
+    [[s]] = eng.generate([[5, 6, 7, 8]], SamplingParams(max_new_tokens=4, temperature=0.0))
+    assert s.token_ids
 
 
 def test_bad_names_and_missing_registry(tmp_path: Path) -> None:

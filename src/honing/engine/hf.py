@@ -141,6 +141,10 @@ class TransformersEngine:
         self.speculative = speculative
         self.speculative_max_rows = 1
         self.spec_stats = {"forwards": 0, "drafted": 0, "accepted": 0}
+        # a second copy of the same weights that runs the prompt (prefill) while `model` runs the
+        # decode steps, sharing one KV cache: how a fast variant keeps the prompt exact (fp32) and
+        # decodes with int8 weights (release/fast.py `int8-decode`); None: `model` does both
+        self.prefill_model: PreTrainedModel | None = None
         self.set_model(model)
 
     def set_model(self, model: PreTrainedModel) -> None:
@@ -170,6 +174,9 @@ class TransformersEngine:
             dst.copy_(src)
         for dst, src in zip(self.model.buffers(), self.source.buffers(), strict=True):
             dst.copy_(src)
+
+    def _prefiller(self) -> PreTrainedModel:
+        return self.model if self.prefill_model is None else self.prefill_model
 
     def _chunks(self, n_prompts: int, n: int) -> Iterator[range]:
         per = max(1, self.max_batch_size // max(n, 1))
@@ -201,8 +208,8 @@ class TransformersEngine:
         pos = (mask.cumsum(-1) - 1).clamp(min=0)
         cache = DynamicCache()
         with autocast_ctx(self.autocast, dev):
-            logits = self.model(input_ids=ids, attention_mask=mask, position_ids=pos,
-                                use_cache=True, logits_to_keep=1, **{self._cache_kw: cache}).logits[:, -1]
+            logits = self._prefiller()(input_ids=ids, attention_mask=mask, position_ids=pos,
+                                       use_cache=True, logits_to_keep=1, **{self._cache_kw: cache}).logits[:, -1]
         n = params.n
         if n > 1:  # the group shares one prefill; copy its cache to the n samples
             cache.batch_repeat_interleave(n)
@@ -280,7 +287,8 @@ class TransformersEngine:
 
         ids = torch.tensor([list(prompt)], dtype=torch.long, device=dev)
         with autocast_ctx(self.autocast, dev):
-            first = self.model(input_ids=ids, use_cache=True, logits_to_keep=1, **{self._cache_kw: cache}).logits[:, -1]
+            first = self._prefiller()(input_ids=ids, use_cache=True, logits_to_keep=1,
+                                      **{self._cache_kw: cache}).logits[:, -1]
         assert self.speculative is not None
         out, stats = speculative_decode(forward, prompt, first, cache, params, self.speculative,
                                         set(self.eos_ids.tolist()), gen if dev.type == "cpu" else None, sample, on_token)

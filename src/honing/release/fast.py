@@ -3,9 +3,16 @@ pass@1 stays inside the standard variant's 95% CI.
 
 Options measured now (a method is a weights part, a decoding part, or both joined by '+'):
 
-- `int8-dynamic`: post-training dynamic quantization of every nn.Linear (torch.ao, fbgemm on x86
-  CPUs): int8 weights, activations quantized per call. Decoding a 135M model on a CPU reads its
-  weights once per token, so a quarter of the bytes is where the speed comes from.
+- `int8-decode`: post-training dynamic int8 quantization (torch.ao, fbgemm on x86 CPUs) of every
+  nn.Linear for the *decode steps*, while the prompt (prefill) runs the standard fp32 weights and
+  hands its KV cache over. Decoding a 135M model on a CPU reads its weights once per token, so a
+  quarter of the bytes is where the speed comes from; the prompt is read once, exactly.
+- `int8-dynamic`: the same int8 weights for prefill too (accepted by name, no longer measured). It is
+  what broke extraction: dynamic quantization scales activations per tensor, and over a whole prompt
+  one outlier token (the first ones carry activations hundreds of times the rest) sets the scale for
+  every token, so the numbers a reply copies from its document are stored coarsely in the KV cache. On
+  finance after SFT (64 held-out tasks, greedy) pass@1 went 0.469 -> 0.016 with int8-dynamic and
+  0.469 -> 0.438 [0.312, 0.562] with int8-decode at the same decode speed.
 - `bf16`: a bf16 copy of the weights, only where bf16 matmuls are native (a GPU, or a CPU with
   AMX/AVX512-BF16); emulated bf16 is slower than fp32, so it is not tried elsewhere.
 - `ngram-spec`: speculative decoding with an n-gram draft (engine/speculative.py): the tokens that
@@ -14,18 +21,18 @@ Options measured now (a method is a weights part, a decoding part, or both joine
   distribution); it pays where replies copy their prompt or repeat themselves (extraction, code,
   patches) and little on free prose. It runs stream by stream: a server uses it for a lone request
   and decodes concurrent requests batched as usual.
-- `int8-dynamic+ngram-spec` (and `bf16+ngram-spec`): both.
+- `int8-decode+ngram-spec` (and `bf16+ngram-spec`): both.
 
 Not covered: a draft *model*. A truncated-layer draft (SmolLM2's first 6 of 30 layers, no training)
 through transformers' assisted generation measured 0.5 tokens/s against 1.5-2.4 for plain greedy
 generate in the same script (a loaded 2-core machine): an untrained early-exit draft is rejected too
 often to pay for itself, and SmolLM2-135M has no smaller sibling. GPU int8 kernels neither.
 Weight-only int8 (activations kept exact) neither: torch's CPU kernel `_weight_int8pack_mm` took
-606 us against 88 us for the fp32 matmul of one 576x1536 row on an AVX2 CPU. That matters because
-int8-dynamic is not safe everywhere: on finance after SFT it took held-out pass@1 from 0.469 to
-0.016 (copied numbers corrupted), so the gate below, not the speed, decides.
+606 us against 88 us for the fp32 matmul of one 576x1536 row on an AVX2 CPU. The gate below, not
+the speed, decides what a release ships.
 The variant is a recipe over the same HF weights (variant.json): `honing serve` applies it at
-load time, which takes about a second; the weights on disk stay the standard, loadable ones.
+load time, which takes about a second; the weights on disk stay the standard, loadable ones
+(int8-decode keeps both copies in memory: the fp32 one for prompts, the int8 one for decoding).
 """
 
 from __future__ import annotations
@@ -44,7 +51,8 @@ from honing.errors import HoningError
 VARIANT_FILE = "variant.json"
 
 
-WEIGHT_METHODS = ("int8-dynamic", "bf16")
+WEIGHT_METHODS = ("int8-decode", "int8-dynamic", "bf16")
+INT8_METHODS = ("int8-decode", "int8-dynamic")  # fbgemm CPU kernels: these stay on the CPU
 DECODE_METHODS = ("ngram-spec",)
 
 
@@ -54,7 +62,7 @@ def options() -> list[str]:
     if torch.cuda.is_available():  # serve decodes on the GPU there: bf16 is the option, fbgemm int8 is CPU-only
         weights = ["bf16"]
     else:
-        weights = ["int8-dynamic"] + (["bf16"] if bf16_supported("cpu") else [])
+        weights = ["int8-decode"] + (["bf16"] if bf16_supported("cpu") else [])
     return weights + ["ngram-spec"] + [f"{w}+ngram-spec" for w in weights]
 
 
@@ -79,7 +87,7 @@ def apply_method(model: Any, method: str) -> Any:
     weights, _ = split_method(method)
     if weights is None:
         return model
-    if weights == "int8-dynamic":
+    if weights in INT8_METHODS:  # int8-decode: the same int8 copy; its engine prefills with `model`
         with warnings.catch_warnings():  # torch.ao's eager quantization is deprecated in favour of torchao
             warnings.simplefilter("ignore")
             return torch.ao.quantization.quantize_dynamic(copy.deepcopy(model).eval(), {torch.nn.Linear},
@@ -96,13 +104,21 @@ def speculation_for(method: str) -> Any:
     return NgramDraft() if decode == "ngram-spec" else None
 
 
-def configure_engine(engine: Any, method: str, every_stream: bool = False) -> Any:
-    """Set `method`'s decoding part on a transformers engine. `every_stream`: decode every row
-    speculatively, one by one (how a fast variant's pass@1 is measured: on the path it serves);
-    otherwise only a lone stream is (a server's concurrent requests stay batched)."""
+def configure_engine(engine: Any, method: str, every_stream: bool = False, standard: Any = None) -> Any:
+    """Set `method`'s decoding part on a transformers engine, and for int8-decode its prefill model
+    (`standard`: the release's standard weights, the model before apply_method). `every_stream`:
+    decode every row speculatively, one by one (how a fast variant's pass@1 is measured: on the
+    path it serves); otherwise only a lone stream is (a server's concurrent requests stay batched)."""
     from honing.engine.hf import TransformersEngine
 
     spec = speculation_for(method)
+    weights, _ = split_method(method)
+    if weights == "int8-decode":
+        if not isinstance(engine, TransformersEngine):
+            raise HoningError(f"fast-variant method {method!r} needs honing's transformers engine (serve --engine hf)")
+        if standard is None:
+            raise HoningError(f"fast-variant method {method!r} needs the standard weights to run prompts with")
+        engine.prefill_model = standard.eval()
     if isinstance(engine, TransformersEngine):
         engine.speculative = spec
         engine.speculative_max_rows = 1 << 30 if every_stream else 1
@@ -120,14 +136,17 @@ def apply_variant(model: Any, info: dict[str, Any]) -> Any:
     return apply_method(model, info.get("method", "standard"))
 
 
-def engine_for(model: Any, tok: Any, method: str = "standard", every_stream: bool = True) -> Any:
-    """An engine decoding `model` (already through apply_method) the `method` way."""
+def engine_for(model: Any, tok: Any, method: str = "standard", every_stream: bool = True,
+               standard: Any = None) -> Any:
+    """An engine decoding `model` (already through apply_method) the `method` way; `standard` is the
+    model before apply_method (int8-decode runs prompts with it)."""
     from honing.engine.hf import TransformersEngine
     from honing.serve.model import eos_ids_for
 
     if torch.cuda.is_available() and model.device.type == "cpu" and not _quantized(model):
         model = model.to("cuda")  # measured where serve would run it
-    return configure_engine(TransformersEngine(model, eos_ids_for(tok), tok.pad_token_id), method, every_stream)
+    return configure_engine(TransformersEngine(model, eos_ids_for(tok), tok.pad_token_id), method, every_stream,
+                            standard)
 
 
 def _quantized(model: Any) -> bool:
@@ -184,7 +203,7 @@ def choose_fast(model_dir: Path, suite_name: str, limit: int | None, standard: d
         w, _ = split_method(m)
         if w is not None and w not in weights:
             weights[w] = apply_method(model, w)
-        engines[m] = engine_for(weights[w] if w else model, tok, m)
+        engines[m] = engine_for(weights[w] if w else model, tok, m, standard=model)
     tasks = suite_tasks(suite, limit).tasks
     if not tasks:
         raise HoningError(f"suite {suite_name} has no tasks to measure the fast variant on")

@@ -77,7 +77,7 @@ def pick_device(device: str) -> str:
 def load_served(spec: str, *, registry: Path | str | None = None, backend: str = "hf",
                 max_batch_size: int = 32, seed: int = 0, device: str = "auto") -> Served:
     """Load what `spec` names (see the module docstring). The hf engine decodes on `device`
-    (int8-dynamic fast variants are CPU kernels and stay on the CPU; an ngram-spec variant decodes a
+    (int8 fast variants are CPU kernels and stay on the CPU; an ngram-spec variant decodes a
     lone request speculatively)."""
     from honing.models import load_policy
 
@@ -93,6 +93,7 @@ def load_served(spec: str, *, registry: Path | str | None = None, backend: str =
             raise HoningError(f"serve {spec!r}: an endpoint cannot be served; give a model, run or release")
         target, name = ref.spec, spec
     model, tok = load_policy(target, seed=seed)
+    standard = model
     if release is not None:
         from honing.release.fast import apply_variant, read_variant
 
@@ -102,14 +103,14 @@ def load_served(spec: str, *, registry: Path | str | None = None, backend: str =
             variant = info.get("variant", variant)
     dev = pick_device(device)
     method = info.get("method", "standard")
-    if backend == "hf" and dev != "cpu" and not method.startswith("int8-dynamic"):
+    if backend == "hf" and dev != "cpu" and not method.startswith("int8"):
         model = model.to(dev)
     eos = eos_ids_for(tok)
     engine = _engine(model, tok, eos, backend, max_batch_size)
     if info:  # the variant's decoding part (speculative decoding for a lone stream)
         from honing.release.fast import configure_engine
 
-        configure_engine(engine, method)
+        configure_engine(engine, method, standard=standard)
     return Served(name=name, engine=engine, tokenizer=tok, eos_ids=eos, path=target if Path(target).is_dir() else "",
                   release=release, variant=variant, info=info)
 
