@@ -161,6 +161,46 @@ def test_bad_push_is_a_clear_error(engine):
         engine.load_weights(state, version=10)
 
 
+@pytest.mark.xdist_group("vllm-engine")  # one engine for the group: its tests stay on one worker
+def test_honing_serve_over_the_vllm_engine(engine):
+    """`honing serve --engine vllm`: the OpenAI server over the vLLM engine, real uvicorn on
+    loopback. Whole, streamed and concurrent completions answer exactly what the engine generates
+    directly (greedy), with usage counted from its tokens and every request in /metrics."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import httpx
+
+    from honing.serve.app import Server
+    from honing.serve.model import Served
+    from honing.serve.server import RunningServer
+
+    tok = engine.tok
+    texts = ["12+3=", "hello there", "7"]
+    direct = engine.generate([tok(t).input_ids for t in texts], SamplingParams(max_new_tokens=8, temperature=0.0))
+    want = [(tok.decode(g[0].token_ids, skip_special_tokens=True), len(g[0].token_ids)) for g in direct]
+    served = Served(name="tiny-vllm", engine=engine, tokenizer=tok, eos_ids=[tok.eos_token_id], path="")
+    with RunningServer(Server(served, window_s=0.2)) as s, httpx.Client(base_url=s.url, timeout=120) as c:
+        def one(text: str) -> tuple[str, int]:
+            r = c.post("/v1/completions", json={"model": "tiny-vllm", "prompt": text, "max_tokens": 8,
+                                                "temperature": 0})
+            assert r.status_code == 200, r.text
+            return r.json()["choices"][0]["text"], r.json()["usage"]["completion_tokens"]
+
+        with ThreadPoolExecutor(3) as pool:  # concurrent: batched into one generate call
+            assert list(pool.map(one, texts)) == want
+        deltas = []
+        with c.stream("POST", "/v1/completions", json={"prompt": texts[0], "max_tokens": 8, "temperature": 0,
+                                                      "stream": True}) as r:
+            assert r.status_code == 200
+            for line in r.iter_lines():
+                if line.startswith("data: ") and line != "data: [DONE]":
+                    deltas.append(json.loads(line[6:])["choices"][0].get("text", ""))
+        assert "".join(deltas) == want[0][0]
+        assert c.get("/v1/models").json()["data"][0]["id"] == "tiny-vllm"
+        m = c.get("/metrics").json()
+        assert m["requests"] == 4 and m["completion_tokens"] == 2 * want[0][1] + want[1][1] + want[2][1]
+
+
 def test_unservable_model_is_one_error_line():
     from honing.errors import HoningError
     from honing.models import load_policy
