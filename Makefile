@@ -63,7 +63,7 @@ $(VLLM_STAMP): pyproject.toml Makefile
 # Two workers: the tests that share one engine (xdist_group) stay together, the rest (whole training
 # runs, killed engines) spread one by one: 18 tests in 639 s by file, 782 s serially (CI, 2 cores).
 test-vllm: setup-vllm
-	OMP_NUM_THREADS=1 $(VLLM_VENV)/bin/pytest -q -m slow tests/engine --durations=10 \
+	OMP_NUM_THREADS=1 $(VLLM_VENV)/bin/pytest -q -m vllm tests/engine --durations=10 \
 	  $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
 
 # The cad domain's toolchain (issue 19): build123d + OCCT for the *system* python3 (what sandbox
@@ -95,7 +95,7 @@ demo: setup
 # suite's sandboxes, subprocesses and small models overlap instead of queueing. TEST_WORKERS=0 runs serially.
 TEST_WORKERS ?= 2
 test: setup
-	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(VENV)/bin/pytest -q --durations=25 $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(VENV)/bin/pytest -q -m 'not vllm' --durations=25 $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
 clean-venv:
 	rm -rf $(VENV) $(VLLM_VENV)

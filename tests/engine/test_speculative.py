@@ -158,6 +158,8 @@ def test_fast_variant_methods_parse_and_configure_the_engine() -> None:
         configure_engine(eng, "int8-decode")
     configure_engine(eng, "int8-decode+ngram-spec", standard=eng.model)
     assert eng.prefill_model is eng.model and isinstance(eng.speculative, NgramDraft)
+    configure_engine(eng, "ngram-spec")  # reconfigured: the prompt runs the decode weights again
+    assert eng.prefill_model is None
 
 
 @pytest.mark.parametrize("spec", [False, True])

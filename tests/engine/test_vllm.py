@@ -22,7 +22,7 @@ vllm = pytest.importorskip("vllm")
 from honing.engine.types import SamplingParams  # noqa: E402
 from honing.engine.vllm import VLLMEngine  # noqa: E402
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.vllm]
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -327,6 +327,7 @@ def _hf_logprobs(model: Any, prompt: list[int], toks: tuple[int, ...], temperatu
 
 
 @pytest.mark.slow
+@pytest.mark.vllm
 @pytest.mark.xdist_group("vllm-server")  # one engine for the group: its tests stay on one worker
 def test_real_server_generates_n_samples_with_logprobs(server: Any, smol: Any) -> None:
     _, tok, model = smol
@@ -353,6 +354,7 @@ def test_real_server_generates_n_samples_with_logprobs(server: Any, smol: Any) -
 
 
 @pytest.mark.slow
+@pytest.mark.vllm
 @pytest.mark.xdist_group("vllm-server")  # one engine for the group: its tests stay on one worker
 def test_real_server_weight_push_changes_logprobs_vs_control(server: Any, smol: Any) -> None:
     import torch
@@ -390,6 +392,7 @@ def test_real_server_weight_push_changes_logprobs_vs_control(server: Any, smol: 
 
 
 @pytest.mark.slow
+@pytest.mark.vllm
 @pytest.mark.xdist_group("vllm-server")  # one engine for the group: its tests stay on one worker
 def test_real_server_as_a_user_run_server(server: Any, smol: Any) -> None:
     _, tok, _ = smol
@@ -404,6 +407,7 @@ def test_real_server_as_a_user_run_server(server: Any, smol: Any) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.vllm
 @pytest.mark.xdist_group("vllm-server")  # one engine for the group: its tests stay on one worker
 def test_real_server_failed_reload_is_fatal(server: Any, smol: Any) -> None:
     import torch
@@ -423,6 +427,7 @@ def test_real_server_failed_reload_is_fatal(server: Any, smol: Any) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.vllm
 def test_real_server_refuses_a_model_it_cannot_serve(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HONING_VLLM_PYTHON", _need_vllm())
     (tmp_path / "m").mkdir()
@@ -435,6 +440,7 @@ def test_real_server_refuses_a_model_it_cannot_serve(tmp_path: Path, monkeypatch
 
 
 @pytest.mark.slow
+@pytest.mark.vllm
 @pytest.mark.xdist_group("vllm-server")  # one engine for the group: its tests stay on one worker
 def test_real_server_killed_is_restarted_with_the_pushed_weights(server: Any, smol: Any, capfd: Any) -> None:
     """A server honing started that dies (SIGKILL to the API process) is restarted on the same URL,
@@ -472,6 +478,7 @@ def test_real_server_killed_is_restarted_with_the_pushed_weights(server: Any, sm
 
 
 @pytest.mark.slow
+@pytest.mark.vllm
 @pytest.mark.xdist_group("vllm-server")  # one engine for the group: its tests stay on one worker
 def test_real_server_serves_a_lora_runs_merged_weights(server: Any, smol: Any) -> None:
     """A LoRA run pushes the merged policy (base + adapter): the server's log-probs follow the

@@ -11,8 +11,8 @@ Options measured now (a method is a weights part, a decoding part, or both joine
   what broke extraction: dynamic quantization scales activations per tensor, so over a whole prompt
   the token with the largest activations sets the scale for all of them. In the trained finance
   model's MLP down-projections that token is 5-11x the median one (489 vs 45 at the last layer, the
-  first token), so the rest of the prompt, the document the reply copies numbers from, kept 2 to 3.5 fewer
-  of its 8 bits in the KV cache. A decode step quantizes one token, with its own scale. On finance
+  first token), so the rest of the prompt, the document the reply copies numbers from, kept 2 to 3.5
+  fewer of its 8 bits in the KV cache. A decode step quantizes one token, with its own scale. On finance
   after SFT (64 held-out tasks, greedy) pass@1 went 0.469 -> 0.016 with int8-dynamic and 0.469 ->
   0.438 [0.312, 0.562] with int8-decode, at 1.47x.
 - `bf16`: a bf16 copy of the weights, only where bf16 matmuls are native (a GPU, or a CPU with
@@ -121,6 +121,8 @@ def configure_engine(engine: Any, method: str, every_stream: bool = False, stand
         if standard is None:
             raise HoningError(f"fast-variant method {method!r} needs the standard weights to run prompts with")
         engine.prefill_model = standard.eval()
+    elif isinstance(engine, TransformersEngine):
+        engine.prefill_model = None  # the decode weights run the prompt too
     if isinstance(engine, TransformersEngine):
         engine.speculative = spec
         engine.speculative_max_rows = 1 << 30 if every_stream else 1
