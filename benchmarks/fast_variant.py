@@ -3,8 +3,8 @@ tokens/s of one stream (greedy, the engines interleaved round by round) and held
 95% bootstrap CIs on a suite, for every option honing's release/fast.py measures (int8 dynamic
 quantization of the decode steps with the prompt run in fp32, `int8-decode`; bf16 where the CPU has
 native bf16; speculative decoding with an n-gram draft; the combinations; `--methods` takes any,
-e.g. `int8-dynamic`, which quantizes the prompt's forward too). A speculative option's pass@1 is measured on its own path: every sample decoded
-stream by stream, speculatively.
+e.g. `int8-dynamic`, which quantizes the prompt's forward too). A speculative option's pass@1 is
+measured on its own path: every sample decoded stream by stream, speculatively.
 
     .venv/bin/python benchmarks/fast_variant.py                       # SmolLM2-135M-Instruct, quick suite
     .venv/bin/python benchmarks/fast_variant.py --model tiny-random --limit 4

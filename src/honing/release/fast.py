@@ -84,6 +84,11 @@ def split_method(method: str) -> tuple[str | None, str | None]:
     return weights, decode
 
 
+def stays_on_cpu(method: str) -> bool:
+    """Whether `method`'s weights are CPU kernels (fbgemm int8): serve keeps them off a GPU."""
+    return split_method(method)[0] in INT8_METHODS
+
+
 def apply_method(model: Any, method: str) -> Any:
     """A copy of `model` with `method`'s weights part applied (the model itself when it has none)."""
     weights, _ = split_method(method)

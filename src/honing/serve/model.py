@@ -103,7 +103,9 @@ def load_served(spec: str, *, registry: Path | str | None = None, backend: str =
             variant = info.get("variant", variant)
     dev = pick_device(device)
     method = info.get("method", "standard")
-    if backend == "hf" and dev != "cpu" and not method.startswith("int8"):
+    from honing.release.fast import stays_on_cpu
+
+    if backend == "hf" and dev != "cpu" and not stays_on_cpu(method):
         model = model.to(dev)
     eos = eos_ids_for(tok)
     engine = _engine(model, tok, eos, backend, max_batch_size)
