@@ -236,3 +236,26 @@ def test_list_files_does_not_follow_links_out_of_the_workspace(tok, sandbox):
             res = list_files(ctx, path)
             assert not res.ok and "not a directory in the workspace" in res.text, (path, res.text)
         assert "a.txt" in list_files(ctx).text and "passwd" not in list_files(ctx).text
+
+
+def test_heldout_evaluation_reports_what_the_episodes_did(tok, sandbox, repair_tasks):
+    """The training run's held-out evaluation (base vs trained) carries the multi-turn behaviour shares."""
+    from honing.eval import evaluate
+
+    task = repair_tasks[1]
+    ctx = VerifyContext(extra={"sandbox": sandbox})
+
+    def run(script):
+        roll = lambda e, t, ts, p, sd: multiturn_rollout(e, t, ts, p, sandbox, BIG, seed=sd)  # noqa: E731
+        return evaluate(ScriptedEngine(tok, script), tok, [task], SamplingParams(max_new_tokens=6000), ctx,
+                        roll_out=roll)
+
+    prose = run(lambda _p, _i: "The bug is probably in the pricing code.")  # the base model's habit
+    fixed = run([call("run_tests"), call("apply_patch", patch=task.hidden["reference_patch"]), call("run_tests"),
+                 call("submit")])
+    b0, b1 = prose["per_domain_behaviour"][task.domain], fixed["per_domain_behaviour"][task.domain]
+    assert prose["pass@1"] == 0.0 and fixed["pass@1"] == 1.0
+    assert (b0["valid_tool_call"], b0["ran_tests"], b0["saw_failing_tests"]) == (0.0, 0.0, 0.0)
+    assert b0["passed_after_failing_tests"] is None
+    assert (b1["valid_tool_call"], b1["ran_tests"], b1["saw_failing_tests"]) == (1.0, 1.0, 1.0)
+    assert b1["passed_after_failing_tests"] == 1.0 and b1["mean_tool_calls"] == 4

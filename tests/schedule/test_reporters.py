@@ -220,6 +220,9 @@ def test_non_tty_run_prints_a_plain_line_per_step_and_no_deprecation_noise(tmp_p
     assert len(steps) == 3 and all(re.fullmatch(pat.format(i + 1), ln) for i, ln in enumerate(steps)), steps
     assert any(ln.startswith("SFT warm start: step 20/20  loss ") for ln in lines), lines
     assert any(ln.startswith("held-out after: pass@1 ") for ln in lines)
+    # long phases without a bar say when they start and how long they took (no silent minutes)
+    i = lines.index("held-out eval (after): started")
+    assert re.fullmatch(r"held-out eval \(after\): done in \d+(s|m\d\ds)", lines[i + 1]), lines[i:i + 2]
     assert "\x1b" not in p.stderr and "\r" not in p.stderr  # no ANSI, no bar redraws
     assert not [ln for ln in lines if _WARNING.search(ln)], p.stderr
 

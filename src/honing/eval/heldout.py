@@ -8,6 +8,7 @@ from typing import Callable, Sequence
 from transformers import PreTrainedTokenizerBase
 
 from honing.engine.types import Engine, SamplingParams
+from honing.eval.metrics import episode_behaviour
 from honing.rollout.single import rollout
 from honing.tasks.types import Task
 from honing.verify import VerifyContext
@@ -23,7 +24,8 @@ def evaluate(engine: Engine, tokenizer: PreTrainedTokenizerBase, tasks: Sequence
     """
     if not tasks:
         return {"pass@1": float("nan"), "mean_reward": float("nan"), "n_tasks": 0, "infra_errors": 0,
-                "truncated_frac": 0.0, "per_domain_pass@1": {}, "per_task_pass@1": {}, "examples": []}
+                "truncated_frac": 0.0, "per_domain_pass@1": {}, "per_task_pass@1": {}, "per_domain_behaviour": {},
+                "examples": []}
     trajs = (roll_out or (lambda e, tok, ts, p, sd: rollout(e, tok, ts, p, seed=sd)))(engine, tokenizer, tasks, params,
                                                                                       seed)
     per_task: dict[int, list] = defaultdict(list)
@@ -40,6 +42,11 @@ def evaluate(engine: Engine, tokenizer: PreTrainedTokenizerBase, tasks: Sequence
     by_domain: dict[str, list[float]] = defaultdict(list)
     for g, vs in per_task.items():
         by_domain[tasks[g].domain].append(sum(v.passed for v in vs) / len(vs))
+    episodes: dict[str, list[dict]] = defaultdict(list)  # multi-turn: what the episodes did, per domain
+    for t, g in zip(trajs, graded):
+        if t.turns and t.stats and not g.verdict.infra_error:
+            episodes[tasks[t.group].domain].append({"episode": t.stats, "status": t.status,
+                                                    "passed": g.verdict.passed})
     return {
         "pass@1": sum(pass1) / max(len(pass1), 1),
         "mean_reward": sum(rewards) / max(len(rewards), 1),
@@ -48,6 +55,7 @@ def evaluate(engine: Engine, tokenizer: PreTrainedTokenizerBase, tasks: Sequence
         "truncated_frac": sum(t.finish_reason == "length" for t in trajs) / len(trajs),
         "per_domain_pass@1": {d: sum(x) / len(x) for d, x in by_domain.items()},
         "per_task_pass@1": {tasks[g].id: sum(v.passed for v in vs) / len(vs) for g, vs in sorted(per_task.items())},
+        "per_domain_behaviour": {d: episode_behaviour(recs) for d, recs in sorted(episodes.items())},
         "examples": [{"task": tasks[t.group].question, "completion": t.completion_text, "task_id": tasks[t.group].id,
                       "domain": tasks[t.group].domain, "passed": g.verdict.passed, "score": g.verdict.score,
                       "details": g.verdict.details, "infra_error": g.verdict.infra_error}

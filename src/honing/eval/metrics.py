@@ -10,7 +10,7 @@ import math
 import random
 from collections import Counter
 from itertools import combinations
-from typing import Callable, Hashable, Sequence
+from typing import Any, Callable, Hashable, Sequence
 
 import numpy as np
 
@@ -121,3 +121,33 @@ def heldout_deltas(stages: dict[str, dict | None]) -> dict[str, dict]:
                 d, lo, hi = diff_ci([pa[t] for t in shared], [pb[t] for t in shared])
                 out["delta"][f"{b}-{a}"] = [round(d, 6), round(lo, 6), round(hi, 6)]
     return out
+
+
+def episode_behaviour(samples: Sequence[dict]) -> dict[str, Any] | None:
+    """What multi-turn episodes did (None when there are none): the share that made a valid tool call,
+    that ran the tests, that saw a failing test run, and of those the share that passed in the end
+    (a correction round that worked); mean tool calls and correction rounds per episode."""
+    eps = [r for r in samples if r.get("episode") is not None and r["status"] != "infra_error"]
+    if not eps:
+        return None
+    n = len(eps)
+    st = [r["episode"] for r in eps]
+    failed_once = [r for r in eps if r["episode"].get("failed_test_runs", 0) > 0]
+    return {
+        "episodes": n,
+        "valid_tool_call": round(sum(x.get("tool_calls", 0) > x.get("failed_tool_calls", 0) for x in st) / n, 6),
+        "ran_tests": round(sum(x.get("test_runs", 0) > 0 for x in st) / n, 6),
+        "saw_failing_tests": round(len(failed_once) / n, 6),
+        "passed_after_failing_tests": (round(sum(r["passed"] for r in failed_once) / len(failed_once), 6)
+                                       if failed_once else None),
+        "mean_tool_calls": round(sum(x.get("tool_calls", 0) for x in st) / n, 4),
+        "mean_correction_rounds": round(sum(x.get("correction_rounds", 0) for x in st) / n, 4),
+    }
+
+
+def describe_behaviour(b: dict[str, Any]) -> str:
+    """One line from `episode_behaviour`'s shares: what the episodes did."""
+    after = b.get("passed_after_failing_tests")
+    return (f"valid tool call {b['valid_tool_call']:.2f}  ran tests {b['ran_tests']:.2f}  "
+            f"saw failing tests {b['saw_failing_tests']:.2f}  passed after a failing run "
+            f"{'-' if after is None else f'{after:.2f}'}  tool calls/episode {b['mean_tool_calls']:.1f}")

@@ -25,7 +25,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from honing.engine.factory import describe_engine
 from honing.errors import HoningError, ModelError
-from honing.eval.metrics import bootstrap_ci, maj_at_k, pass_at_k, pass_at_k_curve
+from honing.eval.metrics import bootstrap_ci, episode_behaviour, maj_at_k, pass_at_k, pass_at_k_curve
 from honing.eval.suite import Suite, suite_tasks
 from honing.tasks.types import Task
 
@@ -215,28 +215,6 @@ def sample_record(task: Task, traj: Any, index: int, answer: Optional[str]) -> d
     if traj.turns and traj.stats:
         rec["episode"] = {k: int(v) for k, v in traj.stats.items()}
     return rec
-
-
-def episode_behaviour(samples: Sequence[dict]) -> dict[str, Any] | None:
-    """What multi-turn episodes did (None when there are none): the share that made a valid tool call,
-    that ran the tests, that saw a failing test run, and of those the share that passed in the end
-    (a correction round that worked); mean tool calls and correction rounds per episode."""
-    eps = [r for r in samples if r.get("episode") is not None and r["status"] != "infra_error"]
-    if not eps:
-        return None
-    n = len(eps)
-    st = [r["episode"] for r in eps]
-    failed_once = [r for r in eps if r["episode"].get("failed_test_runs", 0) > 0]
-    return {
-        "episodes": n,
-        "valid_tool_call": round(sum(x.get("tool_calls", 0) > x.get("failed_tool_calls", 0) for x in st) / n, 6),
-        "ran_tests": round(sum(x.get("test_runs", 0) > 0 for x in st) / n, 6),
-        "saw_failing_tests": round(len(failed_once) / n, 6),
-        "passed_after_failing_tests": (round(sum(r["passed"] for r in failed_once) / len(failed_once), 6)
-                                       if failed_once else None),
-        "mean_tool_calls": round(sum(x.get("tool_calls", 0) for x in st) / n, 4),
-        "mean_correction_rounds": round(sum(x.get("correction_rounds", 0) for x in st) / n, 4),
-    }
 
 
 # --- the evaluation ---------------------------------------------------------------------------

@@ -26,7 +26,7 @@ from honing.config import RunConfig, dump_config
 from honing.engine import SamplingParams, TransformersEngine, make_engine
 from honing.engine.factory import describe_engine
 from honing.eval import evaluate
-from honing.eval.metrics import heldout_deltas
+from honing.eval.metrics import describe_behaviour, heldout_deltas
 from honing.models import load_policy
 from honing.schedule.orchestrate import CostModel
 from honing.schedule.health import HealthMonitor, tag as health_tag
@@ -120,7 +120,8 @@ def policy_device(choice: str) -> torch.device:
     return torch.device("cuda" if choice != "cpu" and torch.cuda.is_available() else "cpu")
 
 
-HELDOUT_KEYS = ("pass@1", "mean_reward", "n_tasks", "infra_errors", "per_domain_pass@1", "per_task_pass@1", "weights")
+HELDOUT_KEYS = ("pass@1", "mean_reward", "n_tasks", "infra_errors", "per_domain_pass@1", "per_task_pass@1", "weights",
+                "per_domain_behaviour")
 
 
 def generates_in_driver(cfg: RunConfig) -> bool:
@@ -237,6 +238,9 @@ class Run:
         per_domain = {f"heldout/{d}/pass@1": v for d, v in res.get("per_domain_pass@1", {}).items()}
         self.progress.note(f"held-out {label}: pass@1 {res['pass@1']:.3f}  mean reward {res['mean_reward']:.3f}"
                            f"  ({which})")
+        for d, beh in (res.get("per_domain_behaviour") or {}).items():
+            per_domain.update({f"heldout/{d}/{k}": v for k, v in beh.items() if isinstance(v, (int, float))})
+            self.progress.note(f"  {d} episodes: " + describe_behaviour(beh))
         return res, {**{f"heldout/{k}": v for k, v in res.items() if isinstance(v, (int, float))}, **per_domain}
 
     def eval_engine(self) -> tuple[Any, str]:
@@ -338,8 +342,8 @@ def warm_start(r: Run) -> dict[str, float]:
         save_checkpoint(r.ckpt_root / "sft", r.model, r.tok, {}, 0)
         clear_sft_progress(r.dir)
     r.after_sft = after_sft
-    r.state.set_meta("heldout_before", {key: before[key] for key in HELDOUT_KEYS})
-    r.state.set_meta("heldout_after_sft", {key: after_sft[key] for key in HELDOUT_KEYS} if after_sft else None)
+    r.state.set_meta("heldout_before", {key: before.get(key) for key in HELDOUT_KEYS})
+    r.state.set_meta("heldout_after_sft", {key: after_sft.get(key) for key in HELDOUT_KEYS} if after_sft else None)
     return m0
 
 
@@ -536,7 +540,7 @@ def write_summary(r: Run, after: dict, start: int, t_start: float) -> dict[str, 
     state = r.state
     summary = {
         "heldout_before": state.meta("heldout_before"),
-        "heldout_after": {key: after[key] for key in HELDOUT_KEYS},
+        "heldout_after": {key: after.get(key) for key in HELDOUT_KEYS},
         "heldout_after_sft": state.meta("heldout_after_sft"),
         "heldout_weights": after["weights"],
         "heldout_ci": heldout_deltas({"before": state.meta("heldout_before"),

@@ -73,8 +73,15 @@ class Progress:
 
     @contextlib.contextmanager
     def phase(self, description: str) -> Iterator[None]:
+        """A spinner while the block runs; plain: a line when it starts and one with its duration."""
         if self.rich is None:
+            if not self.plain:
+                yield
+                return
+            print(f"{description}: started", file=sys.stderr, flush=True)
+            t0 = time.monotonic()
             yield
+            print(f"{description}: done in {_duration(time.monotonic() - t0)}", file=sys.stderr, flush=True)
             return
         tid = self.rich.add_task(description, total=None, info="")
         try:
