@@ -160,7 +160,10 @@ def _ci_lines(ci: dict) -> list[str]:
     """The held-out stages' pass@1 with 95% CIs and their paired differences (summary heldout_ci)."""
     stages = " ".join(f"{k} {m:.3f} [{lo:.3f}, {hi:.3f}]" for k, (m, lo, hi) in ci.get("pass@1", {}).items())
     deltas = " ".join(f"{k} {d:+.3f} [{lo:+.3f}, {hi:+.3f}]" for k, (d, lo, hi) in ci.get("delta", {}).items())
-    return ([f"pass@1 95% CI   {stages}"] if stages else []) + ([f"paired delta    {deltas}"] if deltas else [])
+    rewards = " ".join(f"{k} {m:.3f} [{lo:.3f}, {hi:.3f}]" for k, (m, lo, hi) in ci.get("mean_reward", {}).items())
+    r_deltas = " ".join(f"{k} {d:+.3f} [{lo:+.3f}, {hi:+.3f}]" for k, (d, lo, hi) in ci.get("reward_delta", {}).items())
+    return (([f"pass@1 95% CI   {stages}"] if stages else []) + ([f"paired delta    {deltas}"] if deltas else [])
+            + ([f"reward 95% CI   {rewards}"] if rewards else []) + ([f"reward delta    {r_deltas}"] if r_deltas else []))
 
 
 def _force_progress() -> bool:

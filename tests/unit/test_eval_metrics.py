@@ -100,3 +100,32 @@ def test_heldout_deltas_pairs_stages_over_shared_tasks() -> None:
     assert out["delta"]["after-after_sft"] == [round(d, 6), round(lo, 6), round(hi, 6)]
     assert out["delta"]["after_sft-before"][0] == 0.5
     assert heldout_deltas({"before": {"pass@1": 0.1}}) == {"pass@1": {}, "delta": {}}
+
+
+def test_heldout_deltas_also_pair_the_mean_reward_where_stages_have_it() -> None:
+    """Partial credit (CAD's geometry layers) moves while pass@1 stays 0: the reward gets its own paired CI."""
+    from honing.eval.metrics import bootstrap_ci, diff_ci, heldout_deltas
+
+    zeros = {t: 0.0 for t in "abcd"}
+    before = {"per_task_pass@1": zeros, "per_task_reward": zeros}
+    after = {"per_task_pass@1": zeros, "per_task_reward": {"a": 0.3, "b": 0.2, "c": 0.4, "d": 0.1}}
+    out = heldout_deltas({"before": before, "after": after})
+    assert out["delta"]["after-before"] == [0.0, 0.0, 0.0]
+    lo, hi = bootstrap_ci([0.3, 0.2, 0.4, 0.1])
+    assert out["mean_reward"]["after"] == [0.25, round(lo, 6), round(hi, 6)]
+    d, lo, hi = diff_ci([0.0] * 4, [0.3, 0.2, 0.4, 0.1])
+    assert out["reward_delta"]["after-before"] == [0.25, round(lo, 6), round(hi, 6)] and lo > 0
+    # a stage from before per-task rewards were kept (an old run's summary) has pass@1 only
+    old = heldout_deltas({"before": {"per_task_pass@1": zeros}, "after": {"per_task_pass@1": zeros}})
+    assert set(old) == {"pass@1", "delta"}
+
+
+def test_end_of_run_lines_show_reward_cis_only_when_present() -> None:
+    from honing.cli import _ci_lines
+
+    ci = {"pass@1": {"before": [0.0, 0.0, 0.0]}, "delta": {"after-before": [0.0, 0.0, 0.0]}}
+    assert [ln.split()[0] for ln in _ci_lines(ci)] == ["pass@1", "paired"]
+    ci.update({"mean_reward": {"after": [0.25, 0.15, 0.35]}, "reward_delta": {"after-before": [0.25, 0.1, 0.4]}})
+    lines = _ci_lines(ci)
+    assert lines[2] == "reward 95% CI   after 0.250 [0.150, 0.350]"
+    assert lines[3] == "reward delta    after-before +0.250 [+0.100, +0.400]"

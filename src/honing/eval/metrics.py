@@ -106,20 +106,30 @@ def heldout_deltas(stages: dict[str, dict | None]) -> dict[str, dict]:
     """A run's held-out stages ({"before": ..., "after_sft": ..., "after": ...}, each with
     `per_task_pass@1`) -> pass@1 with a bootstrap 95% CI per stage, and the paired CI of every
     later stage minus every earlier one over the tasks both share: {"pass@1": {stage: [mean, lo, hi]},
-    "delta": {"after-before": [delta, lo, hi], ...}}. Stages without per-task results are skipped."""
-    names = [k for k, v in stages.items() if v and v.get("per_task_pass@1")]
-    out: dict[str, dict] = {"pass@1": {}, "delta": {}}
+    "delta": {"after-before": [delta, lo, hi], ...}}. Stages without per-task results are skipped.
+    Where the stages also have `per_task_reward` (the mean score per task: partial credit, e.g. CAD's
+    geometry layers), "mean_reward" and "reward_delta" hold the same for the reward."""
+    out = _stage_cis(stages, "per_task_pass@1", "pass@1", "delta")
+    rewards = _stage_cis(stages, "per_task_reward", "mean_reward", "reward_delta")
+    if rewards["mean_reward"]:
+        out.update(rewards)
+    return out
+
+
+def _stage_cis(stages: dict[str, dict | None], key: str, level: str, delta: str) -> dict[str, dict]:
+    names = [k for k, v in stages.items() if v and v.get(key)]
+    out: dict[str, dict] = {level: {}, delta: {}}
     for k in names:
-        vals = list(stages[k]["per_task_pass@1"].values())
+        vals = list(stages[k][key].values())
         lo, hi = bootstrap_ci(vals)
-        out["pass@1"][k] = [round(sum(vals) / len(vals), 6), round(lo, 6), round(hi, 6)]
+        out[level][k] = [round(sum(vals) / len(vals), 6), round(lo, 6), round(hi, 6)]
     for i, a in enumerate(names):
         for b in names[i + 1:]:
-            pa, pb = stages[a]["per_task_pass@1"], stages[b]["per_task_pass@1"]
+            pa, pb = stages[a][key], stages[b][key]
             shared = [t for t in pa if t in pb]
             if shared:
                 d, lo, hi = diff_ci([pa[t] for t in shared], [pb[t] for t in shared])
-                out["delta"][f"{b}-{a}"] = [round(d, 6), round(lo, 6), round(hi, 6)]
+                out[delta][f"{b}-{a}"] = [round(d, 6), round(lo, 6), round(hi, 6)]
     return out
 
 
