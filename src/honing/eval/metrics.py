@@ -160,4 +160,5 @@ def describe_behaviour(b: dict[str, Any]) -> str:
     after = b.get("passed_after_failing_tests")
     return (f"valid tool call {b['valid_tool_call']:.2f}  ran tests {b['ran_tests']:.2f}  "
             f"saw failing tests {b['saw_failing_tests']:.2f}  passed after a failing run "
-            f"{'-' if after is None else f'{after:.2f}'}  actions/episode (calls, valid or not) {b['mean_tool_calls']:.1f}")
+            f"{'-' if after is None else f'{after:.2f}'}  "
+            f"actions/episode (calls, valid or not) {b['mean_tool_calls']:.1f}")
