@@ -101,6 +101,7 @@ def train(
     if summary.get("heldout_after_sft"):
         lines.insert(3, f"after SFT       pass@1 {summary['heldout_after_sft']['pass@1']:.3f}")
     lines += _ci_lines(summary.get("heldout_ci") or {})
+    lines += _behaviour_lines(summary)
     lines += [f"steps           {summary['steps']}", f"wall time       {summary['wall_s']:.0f} s",
               f"samples/s (RL)  {summary['samples_per_s']:.2f}", f"checkpoint      {summary['final_checkpoint']}"]
     if summary.get("health_events"):  # the run-health monitor (honing report RUN lists them)
@@ -164,6 +165,22 @@ def _ci_lines(ci: dict) -> list[str]:
     r_deltas = " ".join(f"{k} {d:+.3f} [{lo:+.3f}, {hi:+.3f}]" for k, (d, lo, hi) in ci.get("reward_delta", {}).items())
     return (([f"pass@1 95% CI   {stages}"] if stages else []) + ([f"paired delta    {deltas}"] if deltas else [])
             + ([f"reward 95% CI   {rewards}"] if rewards else []) + ([f"reward delta    {r_deltas}"] if r_deltas else []))
+
+
+def _behaviour_lines(summary: dict) -> list[str]:
+    """Multi-turn domains: what the held-out episodes did at each evaluation (before -> after SFT -> after)."""
+    evals = [e.get("per_domain_behaviour") or {} for e in (summary.get("heldout_before"),
+                                                           summary.get("heldout_after_sft"),
+                                                           summary.get("heldout_after")) if e]
+    lines = []
+    for d in sorted({d for e in evals for d, b in e.items() if b}):
+        cells = []
+        for key, label in (("valid_tool_call", "valid tool call"), ("ran_tests", "ran tests"),
+                           ("passed_after_failing_tests", "passed after a failing test run")):
+            vals = [(e.get(d) or {}).get(key) for e in evals]
+            cells.append(f"{label} " + " -> ".join("-" if v is None else f"{v:.2f}" for v in vals))
+        lines.append(f"{d} episodes".ljust(16) + "  ".join(cells))
+    return lines
 
 
 def _force_progress() -> bool:

@@ -129,3 +129,18 @@ def test_end_of_run_lines_show_reward_cis_only_when_present() -> None:
     lines = _ci_lines(ci)
     assert lines[2] == "reward 95% CI   after 0.250 [0.150, 0.350]"
     assert lines[3] == "reward delta    after-before +0.250 [+0.100, +0.400]"
+
+
+def test_end_of_run_lines_show_what_multi_turn_episodes_did_at_each_evaluation() -> None:
+    from honing.cli import _behaviour_lines
+
+    def beh(valid: float, ran: float, after: float | None) -> dict:
+        return {"per_domain_behaviour": {"repair": {"valid_tool_call": valid, "ran_tests": ran,
+                                                    "passed_after_failing_tests": after}, "finance": None}}
+
+    summary = {"heldout_before": beh(0.0, 0.0, None), "heldout_after_sft": beh(1.0, 0.9, 0.2),
+               "heldout_after": beh(1.0, 0.95, 0.25)}
+    assert _behaviour_lines(summary) == [
+        "repair episodes valid tool call 0.00 -> 1.00 -> 1.00  ran tests 0.00 -> 0.90 -> 0.95  "
+        "passed after a failing test run - -> 0.20 -> 0.25"]
+    assert _behaviour_lines({"heldout_before": {"pass@1": 0.5}, "heldout_after": {"pass@1": 0.6}}) == []
