@@ -89,9 +89,14 @@ def test_variant_improves_heldout_reward(warm, variant: str) -> None:  # noqa: A
     # AMD EPYC (2026-12-02): float rounding differs between CPUs and the tiny model's training is chaotic,
     # so the thresholds must hold on both, not only one.
     assert before < 0.65
-    # Learning, measured where the signal is: the train reward (temperature 1) of the last third of the steps
-    # (40 x 64 samples, s.e. of the difference ~0.013) against the first third: +0.025..+0.045 for every variant
-    # on the AVX2 machine; a trainer that does nothing scores ~0, one with the gradient's sign flipped falls.
-    # And the held-out (greedy) reward does not fall (64 tasks: one task is 1/64).
-    assert last >= first + 0.02, (variant, first, last)
+    # Learning, shown by either of two signals, each against its own noise, and neither falling:
+    # - the train reward (temperature 1) of the last third of the steps (40 x 64 samples, s.e. of the
+    #   difference ~0.013) over the first third by +0.02: +0.025..+0.045 for every variant on the AVX2 EPYC,
+    #   where the SFT start (0.59) leaves the held-out little room;
+    # - or the held-out (greedy, 64 tasks) mean reward up by +0.1: on CI's machine (SFT start 0.25, 2026-12-03)
+    #   gspo and seq_mean_token_mean went 0.250 -> 0.552 held-out while their train reward rose only +0.012.
+    # A trainer that does nothing leaves greedy held-out exactly where it was and the train reward at ~0
+    # (lr=0: fails); one with the gradient's sign flipped makes both fall.
+    rise, lift = last - first, after - before
+    assert rise >= 0.02 or (lift >= 0.1 and rise >= -0.01), (variant, first, last, before, after)
     assert after >= before - 1 / 64, (variant, before, after)
