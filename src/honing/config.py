@@ -149,6 +149,9 @@ class RolloutConfig(_Node):
     """Give loss mask 0 to replies sampled under a context that was later truncated."""
     max_observation_chars: int = Field(4000, gt=0)
     """Tool output longer than this is cut (head and tail kept)."""
+    prefix_cache_tokens: int = Field(65536, ge=0)
+    """Within a rollout, a turn's prompt reuses the KV of the history prefilled the turn before, up to
+    this many tokens cached (the transformers engine; 0 = off: every turn prefills its whole history)."""
 
 
 class SandboxConfig(_Node):

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
+from honing.engine.prefix import PrefixCache, batch_past, row_kv
 from honing.engine.types import Sample, SamplingParams
 
 if TYPE_CHECKING:
@@ -145,11 +146,15 @@ class TransformersEngine:
         # decode steps, sharing one KV cache: how a fast variant keeps the prompt exact (fp32) and
         # decodes with int8 weights (release/fast.py `int8-decode`); None: `model` does both
         self.prefill_model: PreTrainedModel | None = None
+        # prompts' KV for reuse by prompts that extend them (engine/prefix.py), inside `prefix_caching()`
+        self.prefix_cache: PrefixCache | None = None
+        self.prefix_stats: dict[str, int] = {}  # PrefixCache.stats summed over closed scopes
         self.set_model(model)
 
     def set_model(self, model: PreTrainedModel) -> None:
         """Generate with `model`'s weights (a private copy when `weights_dtype` differs from its dtype)."""
         self.source = model
+        self._weights_changed()
         if self.weights_dtype is not None and model.dtype != self.weights_dtype:
             copy_ = copy.deepcopy(model).to(self.weights_dtype).eval()
             self.model = copy_.requires_grad_(False)
@@ -161,11 +166,16 @@ class TransformersEngine:
 
     def load_weights(self, state: object, version: int) -> None:
         """New policy weights: a state dict, or None for "the module given to set_model changed"."""
+        self._weights_changed()
         if state is not None and state is not self.model and state is not self.source:
             self.model.load_state_dict(state)  # type: ignore[arg-type]
         elif self.model is not self.source:
             self.sync()
         self.version = version
+
+    def _weights_changed(self) -> None:
+        if getattr(self, "prefix_cache", None) is not None:
+            self.prefix_cache.clear()
 
     @torch.no_grad()
     def sync(self) -> None:
@@ -203,13 +213,16 @@ class TransformersEngine:
                 and all(len(p) > 0 for p in prompts):
             return [[self._generate_speculative(p, params, gen) for _ in range(params.n)] for p in prompts]
         dev = self.model.device
-        ids, mask = left_pad(prompts, self.pad_id)
-        ids, mask = ids.to(dev), mask.to(dev)
-        pos = (mask.cumsum(-1) - 1).clamp(min=0)
         cache = DynamicCache()
-        with autocast_ctx(self.autocast, dev):
-            logits = self._prefiller()(input_ids=ids, attention_mask=mask, position_ids=pos,
-                                       use_cache=True, logits_to_keep=1, **{self._cache_kw: cache}).logits[:, -1]
+        if self.prefix_cache is not None:
+            logits, mask, pos = self._prefill_cached(prompts, cache, self.prefix_cache)
+        else:
+            ids, mask = left_pad(prompts, self.pad_id)
+            ids, mask = ids.to(dev), mask.to(dev)
+            pos = (mask.cumsum(-1) - 1).clamp(min=0)
+            with autocast_ctx(self.autocast, dev):
+                logits = self._prefiller()(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True,
+                                           logits_to_keep=1, **{self._cache_kw: cache}).logits[:, -1]
         n = params.n
         if n > 1:  # the group shares one prefill; copy its cache to the n samples
             cache.batch_repeat_interleave(n)
@@ -261,6 +274,51 @@ class TransformersEngine:
                 samples.append([])
             samples[-1].append(Sample(tuple(ids_r), tuple(lps_r), reason))  # type: ignore[arg-type]
         return samples
+
+    def _prefill_cached(self, prompts: list[Sequence[int]], cache: DynamicCache,
+                        pc: PrefixCache) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Prefill with the prefix cache: identical prompts run once, each runs only the tokens
+        past its longest cached prefix, and every prompt's KV is stored for the next turn.
+        Returns the last position's logits, the attention mask and the position ids, per prompt."""
+        dev = self.model.device
+        uniq: dict[tuple[int, ...], int] = {}
+        for p in prompts:
+            uniq.setdefault(tuple(p), len(uniq))
+        keys = list(uniq)
+        hits = [pc.longest(k) for k in keys]
+        lengths = [h[0] for h in hits]
+        ids, mask = left_pad([k[n:] for k, n in zip(keys, lengths, strict=True)], self.pad_id)
+        ids, mask = ids.to(dev), mask.to(dev)
+        if any(lengths):
+            like = next(kv for _, kv in hits if kv is not None)
+            past, past_mask = batch_past([kv for _, kv in hits], lengths, like)
+            for layer, (k, v) in enumerate(past):
+                cache.update(k, v, layer)
+            mask = torch.cat([past_mask.to(dev), mask], dim=1)
+        pos = (mask.cumsum(-1) - 1).clamp(min=0)
+        with autocast_ctx(self.autocast, dev):
+            logits = self._prefiller()(input_ids=ids, attention_mask=mask, position_ids=pos[:, -ids.shape[1]:],
+                                       use_cache=True, logits_to_keep=1, **{self._cache_kw: cache}).logits[:, -1]
+        layers = [(layer.keys, layer.values) for layer in cache.layers]
+        for r, k in enumerate(keys):
+            pc.put(k, row_kv(layers, r, mask[r].bool()))
+        if len(keys) < len(prompts):
+            idx = torch.tensor([uniq[tuple(p)] for p in prompts], device=dev)
+            cache.batch_select_indices(idx)
+            logits, mask, pos = logits[idx], mask[idx], pos[idx]
+        return logits, mask, pos
+
+    @contextlib.contextmanager
+    def prefix_caching(self, max_tokens: int = 65536) -> Iterator[PrefixCache]:
+        """Within the block, prompts that extend one already prefilled reuse its KV (a multi-turn
+        rollout: the weights must not change inside it; a weight load clears it anyway)."""
+        self.prefix_cache = PrefixCache(max_tokens)
+        try:
+            yield self.prefix_cache
+        finally:
+            for k, v in self.prefix_cache.stats.items():
+                self.prefix_stats[k] = self.prefix_stats.get(k, 0) + v
+            self.prefix_cache = None
 
     def _generate_speculative(self, prompt: Sequence[int], params: SamplingParams,
                               gen: torch.Generator | None) -> Sample:

@@ -22,6 +22,7 @@ they get loss mask 0 (their log-probs would not match the stored sequence).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import time
@@ -58,6 +59,7 @@ class MultiTurnConfig:
     profile: str = "python"
     session_limits: Limits | None = None
     parallel_actions: int = 0  # threads for sandbox actions; 0 = the sandbox's max_concurrency
+    prefix_cache_tokens: int = 65536  # the engine reuses the previous turns' KV (engine/prefix.py); 0 = off
 
 
 class ChatFormat:
@@ -309,7 +311,9 @@ def run_episodes(engine: Engine, tokenizer: PreTrainedTokenizerBase, episodes: S
     context = cfg.context_tokens or min(int(getattr(tokenizer, "model_max_length", 32768) or 32768), 32768)
     gen_params = replace(params, n=1)
     step = 0
-    with ThreadPoolExecutor(max(1, max_workers), thread_name_prefix="episode") as pool:
+    caching = getattr(engine, "prefix_caching", None)
+    scope = caching(cfg.prefix_cache_tokens) if caching and cfg.prefix_cache_tokens else contextlib.nullcontext()
+    with scope, ThreadPoolExecutor(max(1, max_workers), thread_name_prefix="episode") as pool:
         while True:
             for e in episodes:
                 e.check_stop(params.max_new_tokens, context)

@@ -87,7 +87,8 @@ def multiturn_config(cfg: RunConfig) -> Any:
     return MultiTurnConfig(max_turns=r.max_turns, max_total_tokens=r.max_total_tokens, wall_time_s=r.wall_time_s,
                            max_parse_errors=r.max_parse_errors, context_tokens=r.context_tokens,
                            truncation=r.truncation, keep_last_observations=r.keep_last_observations,
-                           mask_stale_turns=r.mask_stale_turns, max_observation_chars=r.max_observation_chars)
+                           mask_stale_turns=r.mask_stale_turns, max_observation_chars=r.max_observation_chars,
+                           prefix_cache_tokens=r.prefix_cache_tokens)
 
 
 def layer_means(trajs: Sequence[Trajectory]) -> dict[str, float]:
