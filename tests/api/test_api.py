@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import honing
+from honing.api import ConfigError
 from honing.schedule.trajstore import read_shard
 from . import user_domain, user_verifier
 
@@ -90,7 +91,7 @@ def test_api_tasks_list_callbacks_and_evaluate(tmp_path: Path) -> None:
 
 
 def test_process_workers_refuse_unimportable_callables(tmp_path: Path) -> None:
-    with pytest.raises(honing.api.ConfigError, match="importable by name"):
+    with pytest.raises(ConfigError, match="importable by name"):
         honing.train(user_domain.RECIPE, ["schedule.staleness=1"], reward_funcs=[lambda completion: 1.0],
                      out=tmp_path / "run")
 
