@@ -225,3 +225,26 @@ def test_heldout_code_structures_have_no_reference() -> None:
     held = next(make_source("code:functions").tasks("heldout", 0))
     with pytest.raises(HoningError):
         reference_replies(held)
+
+
+@pytest.mark.parametrize("source,n_rl", [({"name": "finance", "params": {"level": [1, 2]}}, 600),
+                                         ({"name": "code:functions"}, 600),
+                                         ({"name": "repair", "params": {"levels": [1]}}, 200)])
+def test_demonstration_tasks_are_not_the_rl_stream(source: dict, n_rl: int) -> None:  # noqa: ANN001
+    """SFT's demonstrations come from tasks the RL stream does not serve: a procedural source makes
+    task n from seed n, so demonstrations drawn one seed over would hand RL the very tasks SFT showed
+    the answers to (the RL steps spent on memorised, all-pass groups)."""
+    from honing.train.demos import demo_tasks
+
+    cfg, setup = _setup(source, heldout=8)
+    try:
+        demos = demo_tasks(cfg, setup, 64)
+        rl = setup.sampler.next(n_rl)
+        assert len(demos) == 64 and len(rl) == n_rl
+        assert not {t.id for t in demos} & {t.id for t in rl}
+        if source["name"] != "repair":  # a repair task's question is its bug report, shared by many workspaces
+            assert not {t.question for t in demos} & {t.question for t in rl}
+            assert not {t.question for t in demos} & {t.question for t in setup.heldout}
+    finally:
+        if setup.sandbox is not None:
+            setup.sandbox.close()

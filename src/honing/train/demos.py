@@ -381,10 +381,26 @@ def check_source(cfg: Any) -> None:
                                   "verified before it is used (add the task, or set sft.allow_ungraded=true)")
 
 
+# Where in the training seed range the demonstrations' tasks come from. The procedural sources (finance,
+# code:functions, repair, CAD) make task n from seed n, so a stream at train_seed + 1 is the RL stream
+# shifted by one: RL would spend its steps on tasks SFT already showed the answers to (all-pass groups,
+# memorised rather than learned). Half the training span away, RL never reaches them.
+DEMO_SEED_OFFSET = 500_000
+
+
+def demo_tasks(cfg: Any, setup: Any, n: int) -> list[Any]:
+    """The `n` training tasks SFT draws its demonstrations for: the task mixture of the run, from a part of
+    the training seed range the RL stream does not reach, never a held-out question."""
+    from honing.schedule.sampler import TaskSampler
+    from honing.tasks.gym import TRAIN_SEED_SPAN
+
+    assert DEMO_SEED_OFFSET < TRAIN_SEED_SPAN // 2 + 1  # still training seeds, far from held-out ones
+    return TaskSampler(setup.sources, [x.weight for x in cfg.tasks.sources], cfg.tasks.train_seed + DEMO_SEED_OFFSET,
+                       setup.exclude).next(n)
+
+
 def collect(cfg: Any, setup: Any, tok: Any, policy_engine: Any) -> list[Demonstration]:
     """The demonstrations `cfg.sft` asks for, graded and screened against the held-out tasks."""
-    from honing.schedule.sampler import TaskSampler
-
     s = cfg.sft
     kind, arg = parse_source(s.source)
     max_new, scripted_max = cfg.generation.max_new_tokens, 1 << 14  # a script is never cut short
@@ -392,9 +408,7 @@ def collect(cfg: Any, setup: Any, tok: Any, policy_engine: Any) -> list[Demonstr
     if kind == "file":
         demos = from_file(setup, tok, Path(arg), s.allow_ungraded, scripted_max, cfg.seed)
     else:
-        n = s.tasks or s.batch_size * 8
-        tasks = TaskSampler(setup.sources, [x.weight for x in cfg.tasks.sources], cfg.tasks.train_seed + 1,
-                            setup.exclude).next(n)
+        tasks = demo_tasks(cfg, setup, s.tasks or s.batch_size * 8)
         if kind == "reference":
             demos = from_reference(setup, tok, tasks, s.response_template, scripted_max, cfg.seed)
         elif kind == "rejection":
