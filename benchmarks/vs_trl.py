@@ -36,6 +36,7 @@ Usage (quick end-to-end check, then the real measurement on a quiet machine):
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import tempfile
 import threading
@@ -111,6 +112,8 @@ def main() -> None:
     ap.add_argument("--skip-trl", action="store_true",
                     help="honing alone (ablations of honing's own options, e.g. generation.weights=shared; "
                          "honing's run does not depend on TRL's, so its numbers pair with a full run's)")
+    ap.add_argument("--json", metavar="PATH",
+                    help="also write honing's numbers (held-out per-task rewards, train rewards, samples/s) as JSON")
     ap.add_argument("overrides", nargs="*", help="extra honing config overrides (e.g. train.micro_batch_tokens=4096)")
     args = ap.parse_intermixed_args()  # overrides may come before and after flags
     if args.steps < 1:
@@ -145,12 +148,17 @@ def main() -> None:
     params = SamplingParams(g.max_new_tokens, g.temperature, g.top_p, g.top_k, args.samples)
     eval_params = SamplingParams(g.max_new_tokens, 0.0, 1.0, 0, 1)
 
-    def heldout(engine: TransformersEngine) -> float:
-        return float(evaluate(engine, tok, setup.heldout, eval_params, setup.ctx, seed=cfg.seed + 7,
-                              opts=setup.grading, roll_out=setup.roll_out)["mean_reward"])
+    per_task: dict[str, dict[str, float]] = {}
+
+    def heldout(engine: TransformersEngine, label: str = "") -> float:
+        res = evaluate(engine, tok, setup.heldout, eval_params, setup.ctx, seed=cfg.seed + 7,
+                       opts=setup.grading, roll_out=setup.roll_out)
+        if label:
+            per_task[label] = {str(k): float(v) for k, v in res.get("per_task_reward", {}).items()}
+        return float(res["mean_reward"])
 
     t_set = time.perf_counter()
-    base_reward = heldout(engine_h)
+    base_reward = heldout(engine_h, "base")
     print(f"base model held-out reward {base_reward:.3f} ({time.perf_counter() - t_set:.0f} s)", flush=True)
     trainer_h = PolicyTrainer(model_h, tok.pad_token_id, cfg.train, cfg.model.lora, cfg.model.bf16_autocast,
                               g.temperature, seed=cfg.seed)
@@ -166,7 +174,9 @@ def main() -> None:
         return time.perf_counter() - t0, stats["reward"]
 
     if args.skip_trl:
-        run_honing_only(args, step_tasks, honing_step, lambda: heldout(engine_h), base_reward)
+        run_honing_only(args, step_tasks, honing_step, lambda: heldout(engine_h, "after"), base_reward,
+                        lambda summary: write_json(args.json, {**summary, "per_task_reward": per_task,
+                                                               "seed": cfg.seed, "overrides": args.overrides}))
         return
 
     # --- TRL ------------------------------------------------------------------------------------
@@ -291,8 +301,14 @@ def half_means(xs: list[float]) -> tuple[float, float]:
     return sum(first) / len(first), sum(second) / len(second)
 
 
+def write_json(path: str | None, summary: dict) -> None:
+    if path:
+        with open(path, "w") as f:
+            json.dump(summary, f, indent=1)
+
+
 def run_honing_only(args: argparse.Namespace, step_tasks: list, honing_step: Any, heldout: Any,
-                    base_reward: float) -> None:
+                    base_reward: float, save: Any) -> None:
     """--skip-trl: the same honing steps as a full run, then the same summary for honing only."""
     times, rewards = [], []
     for step, tasks in enumerate(step_tasks, start=1):
@@ -307,6 +323,8 @@ def run_honing_only(args: argparse.Namespace, step_tasks: list, honing_step: Any
     print(f"\nhoning alone: samples/s {args.prompts * args.samples * len(timed) / sum(timed):.2f}  "
           f"train reward 1st -> 2nd half {first:.3f} -> {second:.3f}  held-out {base_reward:.3f} -> {after:.3f}")
     print(f"HONING_ONLY heldout_reward={after:.3f} train_reward_2nd_half={second:.3f}")
+    save({"heldout_before": base_reward, "heldout_after": after, "train_rewards": rewards,
+          "samples_per_s": args.prompts * args.samples * len(timed) / sum(timed)})
 
 if __name__ == "__main__":
     main()
