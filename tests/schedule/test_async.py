@@ -15,18 +15,24 @@ from honing.schedule.loop import train
 @pytest.mark.slow
 @pytest.mark.parametrize("staleness", [1, 2])
 def test_stale_rollouts_in_a_worker_process_still_learn(tmp_path: Path, staleness: int) -> None:
-    cfg, _ = load_config("smoke", ["train.steps=200", f"schedule.staleness={staleness}", "schedule.workers=process"])
+    # lr 3e-4, not the smoke recipe's 1e-3: at 1e-3 stale updates overshoot. Measured (seeds 0-3, staleness 1
+    # and 2): at 1e-3 the train reward still rose but held-out pass@1 fell in 4 of 6 runs (-0.19 [-0.36,
+    # -0.02] at seed 3, staleness 2) while synchronous training at 1e-3 rose; at 3e-4 it rose in all 8,
+    # by +0.11 to +0.34, 7 of them with a paired CI above zero.
+    cfg, _ = load_config("smoke", ["train.steps=200", f"schedule.staleness={staleness}", "schedule.workers=process",
+                                   "train.learning_rate=3e-4"])
     s = train(cfg, tmp_path / "run", show_progress=False)
     rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in rows if "train/reward" in r]
     first, last = (sum(r["train/reward"] for r in part) / len(part) for part in (steps[:40], steps[-40:]))
-    print(f"staleness {staleness}: held-out {s['heldout_after_sft']['pass@1']:.3f} -> {s['heldout_after']['pass@1']:.3f}, "
-          f"train reward {first:.3f} -> {last:.3f}")
-    # learning shows in the training reward (40 steps x 128 samples each: SE about 0.01); measured rises
-    # were +0.05 to +0.16 (staleness 2 is the slowest). The held-out set (64 tasks, SE about 0.06) only
-    # has to not fall below the SFT start.
-    assert last >= first + 0.03, (first, last)
-    assert s["heldout_after"]["pass@1"] >= s["heldout_after_sft"]["pass@1"], s
+    delta, lo, hi = s["heldout_ci"]["delta"]["after-after_sft"]
+    print(f"staleness {staleness}: held-out {s['heldout_after_sft']['pass@1']:.3f} -> {s['heldout_after']['pass@1']:.3f} "
+          f"({delta:+.3f} [{lo:+.3f}, {hi:+.3f}]), train reward {first:.3f} -> {last:.3f}")
+    # learning shows in the training reward (40 steps x 128 samples each: SE about 0.01; measured rises +0.12
+    # to +0.19) and on the held-out set: a paired CI of the change from the SFT start above zero (measured
+    # +0.25 [+0.16, +0.36] and +0.28 [+0.17, +0.39] at this seed)
+    assert last >= first + 0.05, (first, last)
+    assert lo > 0, s["heldout_ci"]
     # the fixed schedule: step t trains on rollouts of policy t-1-s (fewer at the start)
     assert [r["staleness/max"] for r in steps[:staleness + 2]] == [min(i, staleness) for i in range(staleness + 2)]
     assert all(r["staleness/mean"] == staleness for r in steps[staleness:])
