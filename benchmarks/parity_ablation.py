@@ -8,7 +8,11 @@ baseline with a 95% CI from a cluster bootstrap (seeds resampled, then the held-
 each seed), so the interval carries both the seed-to-seed and the task-to-task noise.
 
     .venv/bin/python benchmarks/parity_ablation.py --seeds 0 1 2 3 4 --steps 30 \\
-        --variant default= --variant recompute=train.recompute_old_logprobs=true
+        --variant engine=train.recompute_old_logprobs=false --variant recompute=train.recompute_old_logprobs=true --trl
+
+`--trl` adds TRL's GRPOTrainer alone per seed (`vs_trl.py --skip-honing`: the same tasks, order and
+hyperparameters) and prints each variant's held-out difference from TRL with the same CI, and its
+samples/s ratio to TRL's.
 
 A result's JSON per run lands in --out (default runs/parity-ablation/), and a rerun skips the runs
 it already has, so an interrupted sweep continues where it stopped.
@@ -27,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
+TRL = "trl"  # the variant name that runs TRL's GRPOTrainer instead of honing (`--trl`)
 
 
 def parse_variant(text: str) -> tuple[str, list[str]]:
@@ -48,10 +53,12 @@ def cluster_bootstrap(diffs: list[np.ndarray], n_boot: int = 4000, seed: int = 0
 
 
 def run_one(out: Path, seed: int, name: str, overrides: list[str], args: argparse.Namespace) -> dict:
+    """One vs_trl.py run alone: honing with `overrides`, or TRL (--skip-honing) for the variant named `trl`."""
     path = out / f"seed{seed}-{name}.json"
     if path.exists():
         return json.loads(path.read_text())
-    cmd = [sys.executable, str(HERE / "vs_trl.py"), "--skip-trl", "--steps", str(args.steps), "--heldout", str(args.heldout),
+    alone = "--skip-honing" if name == TRL else "--skip-trl"
+    cmd = [sys.executable, str(HERE / "vs_trl.py"), alone, "--steps", str(args.steps), "--heldout", str(args.heldout),
            "--json", str(path), f"seed={seed}", *args.common, *overrides]
     print(f"[{time.strftime('%H:%M:%S')}] seed {seed} {name}: {' '.join(cmd[2:])}", flush=True)
     t0 = time.perf_counter()
@@ -72,8 +79,15 @@ def main() -> None:
     ap.add_argument("--heldout", type=int, default=48, help="held-out tasks (vs_trl.py's default)")
     ap.add_argument("--common", nargs="*", default=[], help="overrides every run gets")
     ap.add_argument("--out", default="runs/parity-ablation")
+    ap.add_argument("--trl", action="store_true",
+                    help="also run TRL alone per seed (vs_trl.py --skip-honing, same tasks and hyperparameters) "
+                         "and compare each variant with it")
     args = ap.parse_args()
     variants = [parse_variant(v) for v in args.variant]
+    if any(n == TRL for n, _ in variants):
+        raise SystemExit(f"--variant {TRL}=...: the name {TRL!r} is kept for --trl")
+    if args.trl:
+        variants.append((TRL, []))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("OMP_NUM_THREADS", str(os.cpu_count() or 1))
@@ -90,15 +104,32 @@ def main() -> None:
             r = results[(s, name)]
             tr = r["train_rewards"]
             cells.append(f"{r['heldout_after']:.3f}/{np.mean(tr[len(tr) // 2:]):.3f}")
-            a, b = results[(s, base)]["per_task_reward"]["after"], r["per_task_reward"]["after"]
-            diffs.append(np.array([b[t] - a[t] for t in a]))
+            diffs.append(paired_diffs(results[(s, base)], r))
         mean = np.mean([results[(s, name)]["heldout_after"] for s in args.seeds])
         cis[name] = cluster_bootstrap(diffs)
         cmp = "" if name == base else "   {:+.3f} [{:+.3f}, {:+.3f}]".format(*cis[name])
         print(f"{name:24s}" + "".join(f"{c:>14s}" for c in cells) + f"{mean:9.3f}{cmp}")
     for name, _ in variants[1:]:
+        if name == TRL:
+            continue
         d, lo, hi = cis[name]
         print(f"RATIO {name}_minus_{base}_heldout={d:+.3f} ci=[{lo:+.3f},{hi:+.3f}] seeds={len(args.seeds)}")
+    if args.trl:
+        print(f"\nagainst TRL (held-out difference, 95% CI; samples/s ratio, mean of per-seed ratios)")
+        for name, _ in variants[:-1]:
+            diffs = [paired_diffs(results[(s, TRL)], results[(s, name)]) for s in args.seeds]
+            d, lo, hi = cluster_bootstrap(diffs)
+            speed = np.mean([results[(s, name)]["samples_per_s"] / results[(s, TRL)]["samples_per_s"] for s in args.seeds])
+            print(f"RATIO {name}_minus_trl_heldout={d:+.3f} ci=[{lo:+.3f},{hi:+.3f}] "
+                  f"{name}_vs_trl_samples_per_s={speed:.2f} seeds={len(args.seeds)}")
+
+
+def paired_diffs(a: dict, b: dict) -> np.ndarray:
+    """Per held-out task, b's reward minus a's (both runs of one seed grade the same tasks)."""
+    ta, tb = a["per_task_reward"]["after"], b["per_task_reward"]["after"]
+    if ta.keys() != tb.keys():
+        raise SystemExit("two runs of one seed graded different held-out tasks; rerun them with the same --heldout")
+    return np.array([tb[t] - ta[t] for t in ta])
 
 if __name__ == "__main__":
     main()

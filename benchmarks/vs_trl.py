@@ -50,7 +50,7 @@ from honing.engine import SamplingParams, TransformersEngine
 from honing.engine.hf import bf16_supported, engine_weights_dtype
 from honing.eval import evaluate
 from honing.models import load_policy
-from honing.schedule.loop import build_tasks, seed_everything, verify_and_score
+from honing.schedule.loop import build_tasks, effective_train_config, seed_everything, verify_and_score
 from honing.train.trainer import PolicyTrainer
 from honing.verify.batch import grade_batch
 
@@ -112,12 +112,17 @@ def main() -> None:
     ap.add_argument("--skip-trl", action="store_true",
                     help="honing alone (ablations of honing's own options, e.g. generation.weights=shared; "
                          "honing's run does not depend on TRL's, so its numbers pair with a full run's)")
+    ap.add_argument("--skip-honing", action="store_true",
+                    help="TRL alone on the same tasks in the same order (pairs with --skip-trl runs of the same seed)")
     ap.add_argument("--json", metavar="PATH",
-                    help="also write honing's numbers (held-out per-task rewards, train rewards, samples/s) as JSON")
+                    help="also write the numbers of the framework that ran alone (held-out per-task rewards, "
+                         "train rewards, samples/s) as JSON")
     ap.add_argument("overrides", nargs="*", help="extra honing config overrides (e.g. train.micro_batch_tokens=4096)")
     args = ap.parse_intermixed_args()  # overrides may come before and after flags
     if args.steps < 1:
         ap.error(f"--steps must be at least 1 (got {args.steps})")
+    if args.skip_trl and args.skip_honing:
+        ap.error("--skip-trl and --skip-honing together leave nothing to run")
 
     from datasets import Dataset
     from transformers import TrainerCallback
@@ -160,7 +165,7 @@ def main() -> None:
     t_set = time.perf_counter()
     base_reward = heldout(engine_h, "base")
     print(f"base model held-out reward {base_reward:.3f} ({time.perf_counter() - t_set:.0f} s)", flush=True)
-    trainer_h = PolicyTrainer(model_h, tok.pad_token_id, cfg.train, cfg.model.lora, cfg.model.bf16_autocast,
+    trainer_h = PolicyTrainer(model_h, tok.pad_token_id, effective_train_config(cfg), cfg.model.lora, cfg.model.bf16_autocast,
                               g.temperature, seed=cfg.seed)
     engine_h.set_model(trainer_h.model)
 
@@ -247,6 +252,17 @@ def main() -> None:
     worker.start()
     wait_for_trl()  # TRL has finished its set-up and waits at its first step
 
+    if args.skip_honing:
+        run_trl_only(args, turn_trl, wait_for_trl, trl_times, trl_rewards)
+        worker.join(timeout=600)
+        if trl_error:
+            raise RuntimeError("TRL failed") from trl_error[0]
+        after = heldout(TransformersEngine(trainer_t.model.to(torch.float32), eos, tok.pad_token_id,
+                                           cfg.model.bf16_autocast, cfg.generation.max_batch_size, gen_dtype), "after")
+        summary = alone_summary("TRL", args, trl_times, trl_rewards, base_reward, after)
+        write_json(args.json, {**summary, "per_task_reward": per_task, "seed": cfg.seed, "framework": "trl"})
+        return
+
     honing_times: list[float] = []
     honing_rewards: list[float] = []
     for step, tasks in enumerate(step_tasks, start=1):
@@ -307,6 +323,19 @@ def write_json(path: str | None, summary: dict) -> None:
             json.dump(summary, f, indent=1)
 
 
+def alone_summary(name: str, args: argparse.Namespace, times: list[float], rewards: list[float],
+                  base_reward: float, after: float) -> dict:
+    """Prints and returns one framework's numbers when it ran alone (--skip-trl / --skip-honing)."""
+    skip = args.warmup_steps if args.steps > args.warmup_steps else 0
+    timed = times[skip:]
+    sps = args.prompts * args.samples * len(timed) / sum(timed)
+    first, second = half_means(rewards)
+    print(f"\n{name} alone: samples/s {sps:.2f}  train reward 1st -> 2nd half {first:.3f} -> {second:.3f}  "
+          f"held-out {base_reward:.3f} -> {after:.3f}")
+    print(f"{name.upper()}_ONLY heldout_reward={after:.3f} train_reward_2nd_half={second:.3f}")
+    return {"heldout_before": base_reward, "heldout_after": after, "train_rewards": rewards, "samples_per_s": sps}
+
+
 def run_honing_only(args: argparse.Namespace, step_tasks: list, honing_step: Any, heldout: Any,
                     base_reward: float, save: Any) -> None:
     """--skip-trl: the same honing steps as a full run, then the same summary for honing only."""
@@ -316,15 +345,18 @@ def run_honing_only(args: argparse.Namespace, step_tasks: list, honing_step: Any
         times.append(seconds)
         rewards.append(reward)
         print(f"step {step:3d}  honing {seconds:6.2f} s reward {reward:.3f}", flush=True)
-    skip = args.warmup_steps if args.steps > args.warmup_steps else 0
-    timed = times[skip:]
-    first, second = half_means(rewards)
-    after = heldout()
-    print(f"\nhoning alone: samples/s {args.prompts * args.samples * len(timed) / sum(timed):.2f}  "
-          f"train reward 1st -> 2nd half {first:.3f} -> {second:.3f}  held-out {base_reward:.3f} -> {after:.3f}")
-    print(f"HONING_ONLY heldout_reward={after:.3f} train_reward_2nd_half={second:.3f}")
-    save({"heldout_before": base_reward, "heldout_after": after, "train_rewards": rewards,
-          "samples_per_s": args.prompts * args.samples * len(timed) / sum(timed)})
+    save(alone_summary("honing", args, times, rewards, base_reward, heldout()))
+
+
+def run_trl_only(args: argparse.Namespace, turn_trl: threading.Semaphore, wait_for_trl: Any,
+                 times: list[float], rewards: list[float]) -> None:
+    """--skip-honing: TRL's steps one by one (the same hand-over as a full run, with no honing step between)."""
+    for step in range(1, args.steps + 1):
+        turn_trl.release()
+        wait_for_trl()
+        print(f"step {step:3d}  trl {times[-1] if len(times) >= step else float('nan'):6.2f} s "
+              f"reward {rewards[-1] if rewards else float('nan'):.3f}", flush=True)
+
 
 if __name__ == "__main__":
     main()

@@ -224,8 +224,11 @@ class TrainConfig(_Node):
     """Drop sequences whose geometric-mean trainer/engine ratio is below this; None: off."""
     seq_mask_high: float | None = Field(None, gt=1)
     """Drop sequences whose geometric-mean trainer/engine ratio is above this; None: off."""
-    recompute_old_logprobs: bool = False
-    """Old log-probs from the trainer (before the update) rather than the engine's; always on when ppo_epochs * mini_batches > 1 or with tis_cap / seq_mask_*."""
+    recompute_old_logprobs: bool | None = None
+    """Old log-probs from the trainer (before the update) rather than the engine's. None (auto): on in every run
+    of `honing train` (the engine samples from its own copy, bf16 by default, so its log-probs are not the
+    trainer's: with them the PPO ratio starts off 1 and clips by precision noise); False: the engine's (one
+    forward less). Always on when ppo_epochs * mini_batches > 1 or with tis_cap / seq_mask_*."""
     ppo_epochs: int = Field(1, gt=0)
     """Passes over each batch of rollouts (PPO-style reuse)."""
     mini_batches: int = Field(1, gt=0)
