@@ -109,3 +109,27 @@ def test_prompts_show_no_hidden_case() -> None:
         assert t.hidden["function"] in t.question and variant_of(t).description in t.question
         for args, _ in t.hidden["cases"]:
             assert args not in t.metadata["examples"]
+
+
+def test_train_parts_split_the_training_structures_and_leave_heldout_alone() -> None:
+    """SFT on part 1/2 and RL on part 2/2: no structure in both, together all training structures,
+    every template in each part, and the held-out stream unchanged."""
+    whole, a, b = (CodeFunctionsSource(p) for p in ({}, {"train_part": "1/2"}, {"train_part": "2/2"}))
+    sa, sb = ({t.metadata["structure"] for t in first(s, "train", 1500)} for s in (a, b))
+    assert sa and sb and not sa & sb
+    assert sa | sb == {t.metadata["structure"] for t in first(whole, "train", 3000)}
+    for part in (a, b):
+        assert {t.metadata["template"] for t in first(part, "train", 600)} == set(TEMPLATE_NAMES)
+    assert [t.prompt for t in first(a, "heldout", 40)] == [t.prompt for t in first(whole, "heldout", 40)]
+    assert CodeFunctionsSource({"train_part": "all"}).make("train", 5).prompt == whole.make("train", 5).prompt
+
+
+@pytest.mark.parametrize("bad", ["0/2", "3/2", "2", "a/b", "1/0"])
+def test_bad_train_part_is_refused(bad: str) -> None:
+    with pytest.raises(TaskError, match="train_part"):
+        CodeFunctionsSource({"train_part": bad})
+
+
+def test_too_many_parts_leave_a_template_empty() -> None:
+    with pytest.raises(TaskError, match="without training structures"):
+        CodeFunctionsSource({"train_part": "5/5", "templates": ["is_palindrome"]})

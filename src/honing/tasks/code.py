@@ -12,7 +12,10 @@
   RNG (and the same function as source: `reference_solution`); the prompt shows a few examples
   drawn separately (never among the hidden cases). Params: `tiers` (subset of 1..3),
   `num_cases` (hidden cases per task, default 10), `max_size` (size of generated lists and
-  strings, default 8), `templates` (restrict to these names), `num_examples` (default 2).
+  strings, default 8), `templates` (restrict to these names), `num_examples` (default 2),
+  `train_part` ("k/n": train only on the k-th of n disjoint parts of each template's training
+  structures, e.g. SFT demonstrations from "1/2" and RL from "2/2", so RL meets structures SFT never
+  showed; held-out is unaffected).
   Held-out is disjoint from training by structure, not only by seed: within each template
   the structures are ranked by a hash of their key and about HELDOUT_FRACTION of them (at
   least one, never all) are held out (`STRUCTURE_SPLIT`), so no structure is in both splits
@@ -114,6 +117,26 @@ def split_variants(template: Template, split: str) -> tuple[Variant, ...]:
     return tuple(v for v in template.variants if STRUCTURE_SPLIT[v.key] == split)
 
 
+def train_part_variants(template: Template, part: int, parts: int) -> tuple[Variant, ...]:
+    """Part `part` (1-based) of `parts` disjoint parts of `template`'s training structures: ranked by
+    structure hash and dealt round-robin, so the parts differ in size by at most one."""
+    ranked = sorted(split_variants(template, "train"), key=lambda v: v.structure)
+    return tuple(ranked[part - 1::parts])
+
+
+def _parse_part(text: Any) -> tuple[int, int] | None:
+    if text is None or str(text) == "all":
+        return None
+    k, sep, n = str(text).partition("/")
+    try:
+        part, parts = int(k), int(n)
+    except ValueError:
+        part, parts = 0, 0
+    if not sep or not 1 <= part <= parts:
+        raise TaskError(f"code:functions: train_part={text!r}: expected 'k/n' with 1 <= k <= n (or 'all')")
+    return part, parts
+
+
 def variant_of(task: Any) -> Variant:
     """The structure a code:functions task was generated from."""
     v = VARIANTS.get(str((getattr(task, "metadata", None) or {}).get("structure_key")))
@@ -139,7 +162,7 @@ class CodeFunctionsSource:
     def __init__(self, params: dict[str, Any] | None = None, verifier: str | None = None,
                  system_prompt: str | None = None) -> None:
         params = dict(params or {})
-        valid = {"tiers", "num_cases", "max_size", "templates", "num_examples"}
+        valid = {"tiers", "num_cases", "max_size", "templates", "num_examples", "train_part"}
         unknown = set(params) - valid
         if unknown:
             raise TaskError(f"code:functions: unknown parameters {sorted(unknown)} (valid: {', '.join(sorted(valid))})")
@@ -153,6 +176,13 @@ class CodeFunctionsSource:
         if not self.templates:
             raise TaskError("code:functions: no template matches the given tiers/templates")
         self._variants = {s: [split_variants(t, s) for t in self.templates] for s in SPLITS}
+        self.train_part = _parse_part(params.get("train_part"))
+        if self.train_part:
+            self._variants["train"] = [train_part_variants(t, *self.train_part) for t in self.templates]
+            empty = [t.name for t, vs in zip(self.templates, self._variants["train"]) if not vs]
+            if empty:
+                raise TaskError(f"code:functions: train_part={params['train_part']!r} leaves templates {empty} "
+                                "without training structures (use fewer parts)")
         self.num_cases = int(params.get("num_cases", 10))
         self.max_size = int(params.get("max_size", 8))
         self.num_examples = int(params.get("num_examples", 2))
