@@ -56,3 +56,18 @@ def test_cli_compare_prints_table_and_fails_on_regression(tmp_path: Path) -> Non
     p = subprocess.run([str(HONING), "eval", "compare", str(a), str(tmp_path / "nope.json")], capture_output=True,
                        text=True, env=env)
     assert p.returncode == 2 and "evaluation file not found" in p.stderr
+
+
+def test_tasks_of_one_structure_are_resampled_together() -> None:
+    """24 tasks from 6 structures; 2 structures (8 tasks) go from pass to fail. Per task that looks
+    significant; structure by structure it is 2 of 6 and the interval reaches 0."""
+    a = fake_eval({"code": [4] * 24})
+    b = fake_eval({"code": [0] * 8 + [4] * 16})
+    plain = compare(a, b)["domains"]["code"]["pass@1"]
+    for side in (a, b):
+        for i, row in enumerate(side["tasks"]):
+            row["structure"] = f"s{i // 4}"
+    clustered = compare(a, b)["domains"]["code"]["pass@1"]
+    assert plain["delta"] == clustered["delta"] == -1 / 3
+    assert plain["hi"] < 0 and plain["significant"]
+    assert clustered["lo"] < plain["lo"] and clustered["hi"] == 0.0 and not clustered["significant"]

@@ -66,6 +66,10 @@ def test_heldout_drop_needs_a_drop_beyond_the_ci_and_a_reward_rise() -> None:
     one = {f"t{i}": 0.0 if i == 0 else 1.0 for i in range(32)}  # one task of 32: within the CI
     assert not heldout_drop(best, one, 0.2, 0.5, reward_rise=0.05)[0]
     assert not heldout_drop(best, {"other": 0.0}, 0.2, 0.5, 0.05)[0]  # no shared tasks
+    # the 16 failing tasks are 2 structures of 8 (of 4 structures): the drop is 2 structures' worth, within the CI
+    four = {f"t{i}": f"s{i // 8}" for i in range(32)}
+    hit, clustered = heldout_drop(best, fell, 0.2, 0.5, reward_rise=0.05, clusters=four)
+    assert not hit and clustered["delta"] == vals["delta"] and clustered["ci_hi"] == 0.0
 
 
 def test_layer_coefficients_follow_the_reward_config() -> None:
@@ -76,6 +80,8 @@ def test_layer_coefficients_follow_the_reward_config() -> None:
                                                     "domains": ["x"]}], "normalize": False})
     assert layer_coefficients(only, "y") == {"correct": (1.0, True)}
     assert layer_coefficients(only, "x")["fmt"] == (1.0, False)
+    binary = RewardConfig.model_validate({"layers": [{"name": "pass", "weight": 1.0, "component": "passed"}]})
+    assert layer_coefficients(binary, "d") == {"pass": (1.0, True)}  # all-or-nothing correctness is correctness
 
 
 def test_non_correctness_gain() -> None:

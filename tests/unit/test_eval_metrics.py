@@ -144,3 +144,52 @@ def test_end_of_run_lines_show_what_multi_turn_episodes_did_at_each_evaluation()
         "repair episodes valid tool call 0.00 -> 1.00 -> 1.00  ran tests 0.00 -> 0.90 -> 0.95  "
         "passed after a failing test run - -> 0.20 -> 0.25"]
     assert _behaviour_lines({"heldout_before": {"pass@1": 0.5}, "heldout_after": {"pass@1": 0.6}}) == []
+
+
+def naive_cluster_ci(values: list[float], labels: list[str], n_boot: int = 4000, seed: int = 1) -> tuple[float, float]:
+    """Two-stage cluster bootstrap written out with plain loops: clusters with replacement, then
+    members within each drawn cluster; the statistic is the mean over all drawn members."""
+    rng = np.random.default_rng(seed)
+    groups: dict[str, list[float]] = {}
+    for v, c in zip(values, labels):
+        groups.setdefault(c, []).append(v)
+    keys = list(groups)
+    means = []
+    for _ in range(n_boot):
+        drawn: list[float] = []
+        for _ in keys:
+            g = groups[keys[int(rng.integers(len(keys)))]]
+            drawn += [g[int(rng.integers(len(g)))] for _ in g]
+        means.append(sum(drawn) / len(drawn))
+    return float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))
+
+
+def test_clustered_ci_matches_a_naive_two_stage_bootstrap_and_is_wider_for_correlated_tasks() -> None:
+    """8 structures x 4 tasks whose answers agree within a structure: the tasks carry 8 draws' worth
+    of information, not 32, and the clustered interval says so."""
+    rng = np.random.default_rng(5)
+    per_structure = rng.random(8) < 0.5
+    vals = [float(x) for x in np.repeat(per_structure, 4)]
+    labels = [f"s{i // 4}" for i in range(32)]
+    lo, hi = bootstrap_ci(vals, n_boot=4000, clusters=labels)
+    nlo, nhi = naive_cluster_ci(vals, labels)
+    assert lo == pytest.approx(nlo, abs=0.04) and hi == pytest.approx(nhi, abs=0.04)
+    plo, phi = bootstrap_ci(vals, n_boot=4000)
+    assert (hi - lo) > 1.6 * (phi - plo)  # ~sqrt(4) wider
+    # every label distinct: exactly the plain bootstrap
+    assert bootstrap_ci(vals, clusters=[str(i) for i in range(32)]) == bootstrap_ci(vals)
+    with pytest.raises(ValueError, match="3 labels for 32 values"):
+        bootstrap_ci(vals, clusters=["a", "b", "c"])
+
+
+def test_heldout_deltas_cluster_by_recorded_structure() -> None:
+    from honing.eval.metrics import heldout_deltas
+
+    ids = [f"t{i}" for i in range(32)]
+    before = {"per_task_pass@1": {t: 1.0 for t in ids}}
+    after = {"per_task_pass@1": {t: 0.0 if i < 8 else 1.0 for i, t in enumerate(ids)}}  # 2 structures of 8 fail
+    plain = heldout_deltas({"before": before, "after": after})["delta"]["after-before"]
+    labels = {t: f"s{i // 4}" for i, t in enumerate(ids)}
+    clustered = heldout_deltas({"before": dict(before, per_task_cluster=labels), "after": after})["delta"]["after-before"]
+    assert plain[0] == clustered[0] == -0.25
+    assert plain[2] < 0 and clustered[1] < plain[1]  # the same drop, a wider interval

@@ -79,9 +79,21 @@ def test_unnormalised_penalties_and_clip() -> None:
     assert r.value == -1.0  # clipped from -0.0 - 0.5 - 1.0
 
 
+def test_passed_component_is_all_or_nothing() -> None:
+    """`component: passed` reads the verdict's pass/fail: a program that passes 9 of 10 hidden tests
+    gets 0, not 0.9 (partial credit pays wrong programs); a verifier's own `passed` component wins."""
+    cfg = RewardConfig(layers=[LayerConfig(name="pass", weight=1.0, component="passed")])
+    assert compose(cfg, "code", {None: verdict(0.9)}).value == 0.0
+    assert compose(cfg, "code", {None: verdict(1.0)}).value == 1.0
+    assert compose(cfg, "code", {None: Verdict(0.9, True, {"correct": 0.9, "passed": 0.5})}).value == 0.5
+    mixed = RewardConfig(layers=[LayerConfig(name="pass", weight=3.0, component="passed"),
+                                 LayerConfig(name="fmt", weight=1.0, component="format")])
+    assert compose(mixed, "code", {None: verdict(0.9, 1.0)}).value == pytest.approx(0.25)
+
+
 def test_missing_component_names_the_layer() -> None:
     cfg = RewardConfig(layers=[LayerConfig(name="style", weight=1.0, component="style")])
-    with pytest.raises(ConfigError, match="layer 'style'.*no component 'style'.*correct, format"):
+    with pytest.raises(ConfigError, match="layer 'style'.*no component 'style'.*correct, format.*'passed'"):
         compose(cfg, "arith", {None: verdict(1.0)})
 
 

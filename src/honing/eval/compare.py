@@ -3,7 +3,8 @@
 Pairing is over the task ids both evaluations graded (a task only one side has is left out and
 counted). A domain whose interval for B - A lies wholly below 0 is a significant regression;
 wholly above 0, a significant improvement. Metrics compared per task: pass@1, pass@k (k = the
-smaller sample count of the two) and maj@k where both sides have it.
+smaller sample count of the two) and maj@k where both sides have it. Tasks that share a structure
+(code:functions, CAD) are resampled together: structures first, then tasks within them.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ def _per_task(result: dict, k: int) -> dict[str, dict[str, Any]]:
             continue
         row = {"domain": r["domain"], "pass@1": r["correct"] / r["n"],
                f"pass@{k}": pass_at_k(r["n"], r["correct"], k) if r["n"] >= k else None,
-               f"maj@{k}": r.get(f"maj@{k}")}
+               f"maj@{k}": r.get(f"maj@{k}"), "cluster": r.get("structure", r["id"])}
         out[r["id"]] = row
     return out
 
@@ -57,11 +58,12 @@ def compare(a: dict, b: dict, level: float = 0.95, seed: int = 0) -> dict[str, A
         ids = shared if d == "all" else by_dom[d]
         domains[d] = {"n_tasks": len(ids)}
         for m in metrics:
-            pairs = [(ta[i][m], tb[i][m]) for i in ids if ta[i][m] is not None and tb[i][m] is not None]
+            pairs = [(ta[i][m], tb[i][m], ta[i]["cluster"]) for i in ids
+                     if ta[i][m] is not None and tb[i][m] is not None]
             if not pairs:
                 continue
             xa, xb = [p[0] for p in pairs], [p[1] for p in pairs]
-            delta, lo, hi = diff_ci(xa, xb, level=level, seed=seed)
+            delta, lo, hi = diff_ci(xa, xb, level=level, seed=seed, clusters=[p[2] for p in pairs])
             sig = lo > 0 or hi < 0
             domains[d][m] = {"a": sum(xa) / len(xa), "b": sum(xb) / len(xb), "delta": delta, "lo": lo, "hi": hi,
                              "significant": sig, "n": len(pairs)}

@@ -47,6 +47,9 @@ def evaluate(engine: Engine, tokenizer: PreTrainedTokenizerBase, tasks: Sequence
         if t.turns and t.stats and not g.verdict.infra_error:
             episodes[tasks[t.group].domain].append({"episode": t.stats, "status": t.status,
                                                     "passed": g.verdict.passed})
+    # tasks of one structure (code:functions, CAD families) get near-identical answers: their CIs cluster by it
+    structure = {tasks[g].id: str(tasks[g].metadata["structure"]) for g in sorted(per_task)
+                 if (tasks[g].metadata or {}).get("structure") is not None}
     return {
         "pass@1": sum(pass1) / max(len(pass1), 1),
         "mean_reward": sum(rewards) / max(len(rewards), 1),
@@ -57,6 +60,7 @@ def evaluate(engine: Engine, tokenizer: PreTrainedTokenizerBase, tasks: Sequence
         "per_task_pass@1": {tasks[g].id: sum(v.passed for v in vs) / len(vs) for g, vs in sorted(per_task.items())},
         "per_domain_behaviour": {d: episode_behaviour(recs) for d, recs in sorted(episodes.items())},
         "per_task_reward": {tasks[g].id: sum(v.score for v in vs) / len(vs) for g, vs in sorted(per_task.items())},
+        **({"per_task_cluster": structure} if len(set(structure.values())) < len(structure) else {}),
         "examples": [{"task": tasks[t.group].question, "completion": t.completion_text, "task_id": tasks[t.group].id,
                       "domain": tasks[t.group].domain, "passed": g.verdict.passed, "score": g.verdict.score,
                       "details": g.verdict.details, "infra_error": g.verdict.infra_error}

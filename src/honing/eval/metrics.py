@@ -77,28 +77,51 @@ def maj_at_k(answers: Sequence[Hashable | None], gold_ok: Callable[[Hashable], b
 
 
 def bootstrap_ci(values: Sequence[float], level: float = 0.95, n_boot: int = 2000,
-                 seed: int = 0) -> tuple[float, float]:
-    """Percentile bootstrap CI of the mean over tasks (resampling tasks with replacement)."""
+                 seed: int = 0, clusters: Sequence[Hashable] | None = None) -> tuple[float, float]:
+    """Percentile bootstrap CI of the mean over tasks (resampling tasks with replacement).
+
+    `clusters` (one label per value): tasks that share a label are not independent (code:functions
+    tasks of one structure get near-identical answers), so the resampling is two-stage: labels with
+    replacement, then the tasks within each drawn label. Without it, every task is its own cluster."""
     v = np.asarray(values, dtype=float)
     if v.size == 0:
         return (float("nan"), float("nan"))
     if v.size == 1:
         return (float(v[0]), float(v[0]))
     rng = np.random.default_rng(seed)
-    means = v[rng.integers(0, v.size, size=(n_boot, v.size))].mean(axis=1)
+    groups = _groups(v, clusters)
+    if groups is None:
+        means = v[rng.integers(0, v.size, size=(n_boot, v.size))].mean(axis=1)
+    else:
+        means = np.empty(n_boot)
+        for b in range(n_boot):
+            drawn = [groups[i] for i in rng.integers(0, len(groups), size=len(groups))]
+            means[b] = np.concatenate([g[rng.integers(0, g.size, size=g.size)] for g in drawn]).mean()
     lo = (1.0 - level) / 2
     return (float(np.quantile(means, lo)), float(np.quantile(means, 1.0 - lo)))
 
 
+def _groups(v: np.ndarray, clusters: Sequence[Hashable] | None) -> list[np.ndarray] | None:
+    """`v` split by cluster label (None: no labels, or every label distinct: plain resampling)."""
+    if clusters is None:
+        return None
+    if len(clusters) != v.size:
+        raise ValueError(f"clusters: {len(clusters)} labels for {v.size} values")
+    idx: dict[Hashable, list[int]] = {}
+    for i, c in enumerate(clusters):
+        idx.setdefault(c, []).append(i)
+    return None if len(idx) == v.size else [v[ix] for ix in idx.values()]
+
+
 def diff_ci(a: Sequence[float], b: Sequence[float], level: float = 0.95, n_boot: int = 2000,
-            seed: int = 0) -> tuple[float, float, float]:
+            seed: int = 0, clusters: Sequence[Hashable] | None = None) -> tuple[float, float, float]:
     """Paired bootstrap of mean(b) - mean(a) over the same tasks: (delta, lo, hi). An interval
-    that excludes 0 is a significant change."""
+    that excludes 0 is a significant change. `clusters`: as in `bootstrap_ci`."""
     x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     if x.shape != y.shape:
         raise ValueError(f"paired comparison needs the same tasks on both sides ({x.size} vs {y.size})")
     d = y - x
-    lo, hi = bootstrap_ci(d, level, n_boot, seed)
+    lo, hi = bootstrap_ci(d, level, n_boot, seed, clusters)
     return float(d.mean()) if d.size else float("nan"), lo, hi
 
 
@@ -107,28 +130,34 @@ def heldout_deltas(stages: dict[str, dict | None]) -> dict[str, dict]:
     `per_task_pass@1`) -> pass@1 with a bootstrap 95% CI per stage, and the paired CI of every
     later stage minus every earlier one over the tasks both share: {"pass@1": {stage: [mean, lo, hi]},
     "delta": {"after-before": [delta, lo, hi], ...}}. Stages without per-task results are skipped.
-    Where the stages also have `per_task_reward` (the mean score per task: partial credit, e.g. CAD's
+    Where the stages have `per_task_cluster` (task id -> structure), the CIs resample structures, then
+    tasks within them (tasks of one structure are not independent). Where the stages also have `per_task_reward` (the mean score per task: partial credit, e.g. CAD's
     geometry layers), "mean_reward" and "reward_delta" hold the same for the reward."""
-    out = _stage_cis(stages, "per_task_pass@1", "pass@1", "delta")
-    rewards = _stage_cis(stages, "per_task_reward", "mean_reward", "reward_delta")
+    clusters: dict[str, Hashable] = {}  # task id -> structure, where the evaluation recorded one
+    for v in stages.values():
+        clusters.update((v or {}).get("per_task_cluster") or {})
+    out = _stage_cis(stages, "per_task_pass@1", "pass@1", "delta", clusters)
+    rewards = _stage_cis(stages, "per_task_reward", "mean_reward", "reward_delta", clusters)
     if rewards["mean_reward"]:
         out.update(rewards)
     return out
 
 
-def _stage_cis(stages: dict[str, dict | None], key: str, level: str, delta: str) -> dict[str, dict]:
+def _stage_cis(stages: dict[str, dict | None], key: str, level: str, delta: str,
+               clusters: dict[str, Hashable]) -> dict[str, dict]:
     names = [k for k, v in stages.items() if v and v.get(key)]
     out: dict[str, dict] = {level: {}, delta: {}}
     for k in names:
         vals = list(stages[k][key].values())
-        lo, hi = bootstrap_ci(vals)
+        lo, hi = bootstrap_ci(vals, clusters=[clusters.get(t, t) for t in stages[k][key]])
         out[level][k] = [round(sum(vals) / len(vals), 6), round(lo, 6), round(hi, 6)]
     for i, a in enumerate(names):
         for b in names[i + 1:]:
             pa, pb = stages[a][key], stages[b][key]
             shared = [t for t in pa if t in pb]
             if shared:
-                d, lo, hi = diff_ci([pa[t] for t in shared], [pb[t] for t in shared])
+                d, lo, hi = diff_ci([pa[t] for t in shared], [pb[t] for t in shared],
+                                    clusters=[clusters.get(t, t) for t in shared])
                 out[delta][f"{b}-{a}"] = [round(d, 6), round(lo, 6), round(hi, 6)]
     return out
 

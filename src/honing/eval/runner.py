@@ -291,17 +291,21 @@ def evaluate_suite(model: str, suite: Suite, samples: Optional[int] = None, seed
     return out
 
 
-def _ci(values: Sequence[float]) -> list[float]:
-    lo, hi = bootstrap_ci(values)
+def _ci(values: Sequence[float], clusters: Sequence[str]) -> list[float]:
+    lo, hi = bootstrap_ci(values, clusters=clusters)
     return [round(lo, 6), round(hi, 6)]
 
 
 def _metric_block(rows: Sequence[dict], k: int) -> dict[str, Any]:
-    """pass@1, pass@k, maj@k (+ bootstrap CIs over tasks), the pass@k curve, rewards, counts."""
+    """pass@1, pass@k, maj@k (+ bootstrap CIs over tasks, clustered by structure where rows have one), the
+    pass@k curve, rewards, counts."""
     graded = [r for r in rows if r["n"] > 0]
     p1 = [r["pass@1"] for r in graded]
     pk = [r[f"pass@{k}"] for r in graded if r.get(f"pass@{k}") is not None]
     mk = [r[f"maj@{k}"] for r in graded if r.get(f"maj@{k}") is not None]
+    c1 = [r.get("structure", r["id"]) for r in graded]
+    ck = [r.get("structure", r["id"]) for r in graded if r.get(f"pass@{k}") is not None]
+    cm = [r.get("structure", r["id"]) for r in graded if r.get(f"maj@{k}") is not None]
     block: dict[str, Any] = {
         "n_tasks": len(rows), "n_graded": len(graded), "samples": sum(r["n"] for r in rows),
         "infra_errors": sum(r["infra_errors"] for r in rows),
@@ -310,8 +314,8 @@ def _metric_block(rows: Sequence[dict], k: int) -> dict[str, Any]:
         f"maj@{k}": round(sum(mk) / len(mk), 6) if mk else None,
         "mean_reward": round(sum(r["mean_reward"] for r in graded) / len(graded), 6) if graded else None,
         "truncated_frac": round(sum(r["truncated"] for r in rows) / max(sum(r["n"] for r in rows), 1), 6),
-        "ci": {"pass@1": _ci(p1) if p1 else None, f"pass@{k}": _ci(pk) if pk else None,
-               f"maj@{k}": _ci(mk) if mk else None},
+        "ci": {"pass@1": _ci(p1, c1) if p1 else None, f"pass@{k}": _ci(pk, ck) if pk else None,
+               f"maj@{k}": _ci(mk, cm) if mk else None},
     }
     if graded:
         block["pass@k_curve"] = {str(kk): round(v, 6) for kk, v in
@@ -333,6 +337,8 @@ def task_row(task: Task, recs: Sequence[dict], k: int) -> dict[str, Any]:
         f"maj@{k}": None, "mean_reward": round(sum(r["score"] for r in ok) / n, 6) if n else None,
         "question": task.question, "prompt": [dict(m) for m in task.prompt],
     }
+    if (task.metadata or {}).get("structure") is not None:  # tasks of one structure: their CIs cluster by it
+        row["structure"] = str(task.metadata["structure"])
     if n >= k and not task.environment:
         row[f"maj@{k}"] = round(maj_at_k(answers, lambda a: a in good, k), 6)
     return row

@@ -33,7 +33,7 @@ from typing import Any, Mapping, Sequence
 
 from honing.config import HEALTH_EVENTS, HealthConfig
 from honing.eval.metrics import diff_ci
-from honing.verify.reward import RewardConfig, applies
+from honing.verify.reward import PASSED, RewardConfig, applies
 
 __all__ = ["HEALTH_EVENTS", "HealthMonitor", "collapse", "climb", "heldout_drop", "layer_coefficients",
            "non_correctness_gain", "infra_share", "tag"]
@@ -59,13 +59,16 @@ def climb(baseline: float, recent: float, rise: float) -> bool:
 
 
 def heldout_drop(best: Mapping[str, float], now: Mapping[str, float], reward_best: float, reward_now: float,
-                 reward_rise: float, level: float = 0.95) -> tuple[bool, dict[str, float]]:
+                 reward_rise: float, level: float = 0.95,
+                 clusters: Mapping[str, str] | None = None) -> tuple[bool, dict[str, float]]:
     """Held-out pass@1 per task at the best evaluation and now (same task ids): fires when the paired
-    bootstrap CI of (now - best) lies below 0 while train reward rose by at least `reward_rise`."""
+    bootstrap CI of (now - best) lies below 0 while train reward rose by at least `reward_rise`. `clusters`
+    (task id -> structure): tasks of one structure are resampled together."""
     ids = sorted(set(best) & set(now))
     if not ids:
         return False, {}
-    delta, lo, hi = diff_ci([best[i] for i in ids], [now[i] for i in ids], level=level)
+    delta, lo, hi = diff_ci([best[i] for i in ids], [now[i] for i in ids], level=level,
+                            clusters=[(clusters or {}).get(i, i) for i in ids])
     vals = {"delta": delta, "ci_lo": lo, "ci_hi": hi, "tasks": float(len(ids)), "reward_best": reward_best,
             "reward_now": reward_now}
     return hi < 0 and reward_now - reward_best >= reward_rise, vals
@@ -95,10 +98,10 @@ def non_correctness_gain(first: Mapping[str, float], recent: Mapping[str, float]
 
 def layer_coefficients(reward: RewardConfig, domain: str) -> dict[str, tuple[float, bool]]:
     """How much a unit of each layer (and penalty) moves the reward of a `domain` task, and whether the
-    layer scores correctness (`component: correct`). Penalties: -1 (their metric is already weighted)."""
+    layer scores correctness (`component: correct` or `passed`). Penalties: -1 (their metric is already weighted)."""
     layers = [x for x in reward.layers if applies(x.domains, domain)]
     wsum = sum(x.weight for x in layers) or 1.0
-    out = {x.name: (x.weight / wsum if reward.normalize else x.weight, x.component == "correct") for x in layers}
+    out = {x.name: (x.weight / wsum if reward.normalize else x.weight, x.component in ("correct", PASSED)) for x in layers}
     out.update({f"penalty/{p.name}": (-1.0, False) for p in reward.penalties if applies(p.domains, domain)})
     return out
 
@@ -185,7 +188,8 @@ class HealthMonitor:
         `check_heldout`. A second one at the same step (after the SFT warm start) replaces the first."""
         per_task = result.get("per_task_pass@1")
         if self.cfg.enabled and per_task:
-            self.pending = {"step": step, "pass@1": float(result["pass@1"]), "per_task": dict(per_task)}
+            self.pending = {"step": step, "pass@1": float(result["pass@1"]), "per_task": dict(per_task),
+                            "clusters": dict(result.get("per_task_cluster") or {})}
 
     def check_heldout(self, step: int) -> list[dict]:
         """The held-out check of a pending evaluation (the loop calls it after the final evaluation)."""
@@ -199,7 +203,8 @@ class HealthMonitor:
         if best is not None and tr is not None and len(tr.first) == self.cfg.window and ev["reward"] is not None:
             r_best = best["reward"] if best["reward"] is not None else _Track.mean(tr.first)
             hit, vals = heldout_drop(best["per_task"], ev["per_task"], r_best, ev["reward"],
-                                     self.cfg.heldout_reward_rise, self.cfg.heldout_ci)
+                                     self.cfg.heldout_reward_rise, self.cfg.heldout_ci,
+                                     {**(best.get("clusters") or {}), **(ev.get("clusters") or {})})
             if hit:
                 pct = round(100 * self.cfg.heldout_ci)
                 found["heldout_drop"] = ("heldout_drop", (

@@ -126,7 +126,7 @@ def policy_device(choice: str) -> torch.device:
 
 
 HELDOUT_KEYS = ("pass@1", "mean_reward", "n_tasks", "infra_errors", "per_domain_pass@1", "per_task_pass@1", "weights",
-                "per_domain_behaviour", "per_task_reward")
+                "per_domain_behaviour", "per_task_reward", "per_task_cluster")
 
 
 def generates_in_driver(cfg: RunConfig) -> bool:

@@ -33,7 +33,9 @@ class LayerConfig(_Node):
     weight: float = Field(gt=0)
     """Weight of this layer among the layers that apply to a task."""
     component: str = "correct"
-    """Which verdict component this layer scores (e.g. 'correct', 'format', 'judge')."""
+    """Which verdict component this layer scores (e.g. 'correct', 'format', 'judge'), or 'passed': 1 if the
+    verdict passed (every test, every field), else 0 — an all-or-nothing reward where 'correct' gives partial
+    credit (the code verifier's share of hidden tests passed)."""
     verifier: str | None = None
     """Grade with this verifier instead of the task's own (e.g. 'judge' on top of unit tests)."""
     params: dict[str, Any] = {}
@@ -113,10 +115,15 @@ def penalty_value(p: PenaltyConfig, n_tokens: int, n_turns: int, truncated: bool
     return p.weight * raw
 
 
+PASSED = "passed"  # the pseudo-component every verdict has: its pass/fail, as 1.0 / 0.0
+
+
 def layer_score(layer: LayerConfig, verdict: Verdict) -> float:
+    if layer.component == PASSED and PASSED not in verdict.components:
+        return 1.0 if verdict.passed else 0.0
     if layer.component not in verdict.components:
         raise ConfigError(f"reward layer '{layer.name}': the verdict has no component '{layer.component}' "
-                          f"(it has: {', '.join(sorted(verdict.components)) or 'none'})")
+                          f"(it has: {', '.join(sorted(verdict.components)) or 'none'}, and '{PASSED}')")
     return float(verdict.components[layer.component])
 
 
