@@ -39,6 +39,8 @@ def train(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars and no per-step lines"),
     resume: Optional[Path] = typer.Option(None, "--resume", help="Continue the run in this directory where it stopped"),
     from_step: Optional[int] = typer.Option(None, "--from-step", help="With --resume: go back to this checkpoint step"),
+    steps: Optional[int] = typer.Option(None, "--steps", help="With --resume: train to this many RL steps in all "
+                                        "(more than the run had: a finished run goes on)"),
     nproc: Optional[int] = typer.Option(None, "--nproc", help="Train data-parallel on N ranks of this machine (FSDP2 "
                                         "over torch.distributed, torchrun underneath; rank 0 runs the rest)"),
 ) -> None:
@@ -63,8 +65,9 @@ def train(
         if not (resume / "config.yaml").is_file():
             raise HoningError(f"--resume {resume}: no config.yaml there (is it a run directory?)")
         config = str(resume / "config.yaml")
-    elif from_step is not None:
-        raise HoningError("--from-step needs --resume <run directory>")
+        overrides = [f"train.steps={steps}"] if steps is not None else []
+    elif from_step is not None or steps is not None:
+        raise HoningError(f"{'--from-step' if from_step is not None else '--steps'} needs --resume <run directory>")
     cfg, path = load_config(config, overrides or [])
     if nproc is not None and nproc > 1:
         raise typer.Exit(launch.run_ranks(nproc, sys.argv[1:]))

@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from honing.config import load_config
+from honing.errors import ConfigError
 from honing.schedule.loop import train
 from honing.schedule.state import StateError
 
@@ -178,3 +179,27 @@ def test_corrupted_or_truncated_state_is_refused(tmp_path: Path) -> None:
             train(cfg, run, show_progress=False, resume=True)
         assert "state.sqlite" in str(e.value) and "last good checkpoint" in str(e.value)
         state.write_bytes(good)
+
+
+def test_a_finished_run_goes_on_to_more_steps_as_if_it_had_never_stopped(tmp_path: Path) -> None:
+    """`honing train --resume RUN --steps 8` on a finished 4-step run: its `final` checkpoint becomes
+    step-4, the run trains steps 5-8, and the result equals an 8-step run from the start (weights
+    bitwise, step metrics). Fewer steps than the resume point is refused."""
+    cfg4, run = _short(tmp_path, "ext")
+    cfg8, ref = load_config(str(tmp_path / "ext.yaml"), ["train.steps=8"])[0], tmp_path / "ref8"
+    train(cfg4, run, show_progress=False)
+    s = train(cfg8, run, show_progress=False, resume=True)
+    assert s["resumed_from_step"] == 4 and s["steps"] == 8
+    db = sqlite3.connect(run / "state.sqlite")
+    rows = dict(db.execute("SELECT step, checkpoint FROM steps WHERE step IN (4, 8)").fetchall())
+    db.close()
+    assert Path(rows[4]).name == "step-4" and Path(rows[8]).name == "final"
+    assert json.loads((run / "checkpoints" / "step-4" / "manifest.json").read_text())["step"] == 4
+    assert json.loads((run / "checkpoints" / "final" / "manifest.json").read_text())["step"] == 8
+    train(cfg8, ref, show_progress=False)
+    assert _metrics(ref) == _metrics(run)
+    assert (ref / "checkpoints" / "final" / "model.safetensors").read_bytes() == \
+        (run / "checkpoints" / "final" / "model.safetensors").read_bytes()
+    cfg2 = load_config(str(tmp_path / "ext.yaml"), ["train.steps=2"])[0]
+    with pytest.raises(ConfigError, match="resumes at step 8"):
+        train(cfg2, run, show_progress=False, resume=True)

@@ -92,3 +92,9 @@ def test_help_config_lists_keys(tmp_path: Path) -> None:
         assert key in proc.stdout
     assert "AdamW learning rate." in proc.stdout
     assert "Traceback" not in proc.stderr
+
+
+def test_steps_and_from_step_need_resume(tmp_path: Path) -> None:
+    for flag in (["--steps", "8"], ["--from-step", "2"]):
+        line = _error_line(_run(["train", *flag, "--out", str(tmp_path / "run")], tmp_path), tmp_path / "run")
+        assert f"{flag[0]} needs --resume" in line

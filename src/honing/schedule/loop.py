@@ -25,6 +25,7 @@ import torch
 from honing.config import RunConfig, dump_config
 from honing.engine import SamplingParams, TransformersEngine, make_engine
 from honing.engine.factory import describe_engine
+from honing.errors import ConfigError
 from honing.eval import evaluate
 from honing.eval.metrics import describe_behaviour, heldout_deltas
 from honing.models import load_policy
@@ -198,6 +199,7 @@ class Run:
                 resume, wiped = False, True
             else:
                 self.resume_row = choose_step(self.state, run_dir, from_step)
+                extend_finished(self.state, self.resume_row, cfg.train.steps)
         if not self.resume_row:
             if not wiped:
                 self._wipe()
@@ -295,6 +297,24 @@ def train(cfg: RunConfig, run_dir: Path, show_progress: bool = True, resume: boo
     with StopRequest() as stop:
         return _train(cfg, run_dir, show_progress, resume, from_step, t_start, stop, callbacks,
                       plain_progress=plain_progress)
+
+
+def extend_finished(state: RunState, row: dict, steps: int) -> None:
+    """A resume with more `train.steps` than the run had (`honing train --resume RUN --steps N`): the
+    old last step's checkpoint, `final`, becomes `step-<n>` (a later `final` will be the new last
+    step's), and the state's rows follow it. Fewer steps than the run has committed is an error."""
+    if steps < row["step"]:
+        raise ConfigError(f"train.steps={steps}: the run resumes at step {row['step']}, past it (use --steps >= "
+                          f"{row['step']})")
+    old = Path(row["checkpoint"]) if row["checkpoint"] and row["checkpoint"] != INITIAL else None
+    if old is None or old.name != "final" or steps == row["step"]:
+        return
+    new = old.with_name(f"step-{row['step']}")
+    if new.exists():
+        shutil.rmtree(new)
+    old.rename(new)
+    state.move_checkpoint(str(old), str(new))
+    row["checkpoint"] = str(new)
 
 
 def _train(cfg: RunConfig, run_dir: Path, show_progress: bool, resume: bool, from_step: int | None, t_start: float,

@@ -259,6 +259,11 @@ class RunState:
         return {"step": r[0], "version": r[1], "checkpoint": r[2], "checkpoint_step": r[3],
                 "scheduler": json.loads(r[4]) if r[4] else None, "metrics": json.loads(r[5])}
 
+    def move_checkpoint(self, old: str, new: str) -> None:
+        """The checkpoint directory `old` was renamed to `new` (a finished run extended to more steps)."""
+        with self.tx():
+            self.db.execute("UPDATE steps SET checkpoint=? WHERE checkpoint=?", (new, old))
+
     def checkpoint_steps(self) -> list[dict]:
         """Committed steps that have a checkpoint and a scheduler state, newest first."""
         return [self.step_row(s) for (s,) in self.db.execute(
