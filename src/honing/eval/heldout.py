@@ -8,7 +8,7 @@ from typing import Callable, Sequence
 from transformers import PreTrainedTokenizerBase
 
 from honing.engine.types import Engine, SamplingParams
-from honing.eval.metrics import episode_behaviour
+from honing.eval.metrics import episode_behaviour, task_structure
 from honing.rollout.single import rollout
 from honing.tasks.types import Task
 from honing.verify import VerifyContext
@@ -47,9 +47,7 @@ def evaluate(engine: Engine, tokenizer: PreTrainedTokenizerBase, tasks: Sequence
         if t.turns and t.stats and not g.verdict.infra_error:
             episodes[tasks[t.group].domain].append({"episode": t.stats, "status": t.status,
                                                     "passed": g.verdict.passed})
-    # tasks of one structure (code:functions, CAD families) get near-identical answers: their CIs cluster by it
-    structure = {tasks[g].id: str(tasks[g].metadata["structure"]) for g in sorted(per_task)
-                 if (tasks[g].metadata or {}).get("structure") is not None}
+    structure = {tasks[g].id: task_structure(tasks[g]) for g in sorted(per_task) if task_structure(tasks[g])}
     return {
         "pass@1": sum(pass1) / max(len(pass1), 1),
         "mean_reward": sum(rewards) / max(len(rewards), 1),

@@ -101,6 +101,13 @@ def bootstrap_ci(values: Sequence[float], level: float = 0.95, n_boot: int = 200
     return (float(np.quantile(means, lo)), float(np.quantile(means, 1.0 - lo)))
 
 
+def task_structure(task: Any) -> str | None:
+    """The structure a task was generated from (`metadata.structure`: code:functions), or None. Tasks that
+    share one get near-identical answers, so CIs over them resample structures (`clusters`)."""
+    value = (getattr(task, "metadata", None) or {}).get("structure")
+    return None if value is None else str(value)
+
+
 def _groups(v: np.ndarray, clusters: Sequence[Hashable] | None) -> list[np.ndarray] | None:
     """`v` split by cluster label (None: no labels, or every label distinct: plain resampling)."""
     if clusters is None:

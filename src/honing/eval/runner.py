@@ -25,7 +25,8 @@ from typing import Any, Callable, Optional, Sequence
 
 from honing.engine.factory import describe_engine
 from honing.errors import HoningError, ModelError
-from honing.eval.metrics import bootstrap_ci, episode_behaviour, maj_at_k, pass_at_k, pass_at_k_curve
+from honing.eval.metrics import (bootstrap_ci, episode_behaviour, maj_at_k, pass_at_k, pass_at_k_curve,
+                                 task_structure)
 from honing.eval.suite import Suite, suite_tasks
 from honing.tasks.types import Task
 
@@ -291,8 +292,12 @@ def evaluate_suite(model: str, suite: Suite, samples: Optional[int] = None, seed
     return out
 
 
-def _ci(values: Sequence[float], clusters: Sequence[str]) -> list[float]:
-    lo, hi = bootstrap_ci(values, clusters=clusters)
+def _ci(rows: Sequence[dict], key: str) -> list[float] | None:
+    """Bootstrap CI of `key` over the rows that have it, resampling structures where rows carry one."""
+    have = [r for r in rows if r.get(key) is not None]
+    if not have:
+        return None
+    lo, hi = bootstrap_ci([r[key] for r in have], clusters=[r.get("structure", r["id"]) for r in have])
     return [round(lo, 6), round(hi, 6)]
 
 
@@ -303,9 +308,6 @@ def _metric_block(rows: Sequence[dict], k: int) -> dict[str, Any]:
     p1 = [r["pass@1"] for r in graded]
     pk = [r[f"pass@{k}"] for r in graded if r.get(f"pass@{k}") is not None]
     mk = [r[f"maj@{k}"] for r in graded if r.get(f"maj@{k}") is not None]
-    c1 = [r.get("structure", r["id"]) for r in graded]
-    ck = [r.get("structure", r["id"]) for r in graded if r.get(f"pass@{k}") is not None]
-    cm = [r.get("structure", r["id"]) for r in graded if r.get(f"maj@{k}") is not None]
     block: dict[str, Any] = {
         "n_tasks": len(rows), "n_graded": len(graded), "samples": sum(r["n"] for r in rows),
         "infra_errors": sum(r["infra_errors"] for r in rows),
@@ -314,8 +316,7 @@ def _metric_block(rows: Sequence[dict], k: int) -> dict[str, Any]:
         f"maj@{k}": round(sum(mk) / len(mk), 6) if mk else None,
         "mean_reward": round(sum(r["mean_reward"] for r in graded) / len(graded), 6) if graded else None,
         "truncated_frac": round(sum(r["truncated"] for r in rows) / max(sum(r["n"] for r in rows), 1), 6),
-        "ci": {"pass@1": _ci(p1, c1) if p1 else None, f"pass@{k}": _ci(pk, ck) if pk else None,
-               f"maj@{k}": _ci(mk, cm) if mk else None},
+        "ci": {m: _ci(graded, m) for m in ("pass@1", f"pass@{k}", f"maj@{k}")},
     }
     if graded:
         block["pass@k_curve"] = {str(kk): round(v, 6) for kk, v in
@@ -337,8 +338,8 @@ def task_row(task: Task, recs: Sequence[dict], k: int) -> dict[str, Any]:
         f"maj@{k}": None, "mean_reward": round(sum(r["score"] for r in ok) / n, 6) if n else None,
         "question": task.question, "prompt": [dict(m) for m in task.prompt],
     }
-    if (task.metadata or {}).get("structure") is not None:  # tasks of one structure: their CIs cluster by it
-        row["structure"] = str(task.metadata["structure"])
+    if task_structure(task):  # tasks of one structure: their CIs cluster by it
+        row["structure"] = task_structure(task)
     if n >= k and not task.environment:
         row[f"maj@{k}"] = round(maj_at_k(answers, lambda a: a in good, k), 6)
     return row
