@@ -69,6 +69,12 @@ def train(
     elif from_step is not None or steps is not None:
         raise HoningError(f"{'--from-step' if from_step is not None else '--steps'} needs --resume <run directory>")
     cfg, path = load_config(config, overrides or [])
+    if steps is not None and cfg.stages:  # each stage is a run of its own; extend one, not the recipe
+        from honing.schedule.stages import stage_dir
+
+        rl = [stage_dir(resume, i, st) for i, st in enumerate(cfg.stages) if st.kind == "rl"]
+        hint = f": extend its last RL stage with honing train --resume {rl[-1]} --steps {steps}" if rl else ""
+        raise HoningError(f"--steps is for one run, and {resume} is a staged recipe{hint}")
     if nproc is not None and nproc > 1:
         raise typer.Exit(launch.run_ranks(nproc, sys.argv[1:]))
     from honing import api

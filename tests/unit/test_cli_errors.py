@@ -98,3 +98,18 @@ def test_steps_and_from_step_need_resume(tmp_path: Path) -> None:
     for flag in (["--steps", "8"], ["--from-step", "2"]):
         line = _error_line(_run(["train", *flag, "--out", str(tmp_path / "run")], tmp_path), tmp_path / "run")
         assert f"{flag[0]} needs --resume" in line
+
+
+def test_steps_on_a_staged_run_names_the_stage_to_extend(tmp_path: Path) -> None:
+    """A staged recipe's stages are runs of their own: `--resume RUN --steps N` on the recipe's directory
+    would skip every finished stage and train nothing, so it is refused with the stage to extend."""
+    data = yaml.safe_load(SMOKE.read_text())
+    data["stages"] = [{"name": "warm", "kind": "sft", "set": {"sft.steps": 2}},
+                      {"name": "rl", "kind": "rl", "set": {"train.steps": 2}}]
+    run = tmp_path / "staged"
+    run.mkdir()
+    (run / "config.yaml").write_text(yaml.safe_dump(data))
+    before = sorted(p.name for p in run.iterdir())
+    line = _error_line(_run(["train", "--resume", str(run), "--steps", "8"], tmp_path))
+    assert "--steps is for one run" in line and str(run / "stages" / "02-rl") in line and "--steps 8" in line
+    assert sorted(p.name for p in run.iterdir()) == before  # nothing written
