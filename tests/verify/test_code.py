@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from honing.rollout.types import Trajectory
-from honing.tasks.code import TEMPLATE_NAMES, CodeFunctionsSource, HumanEvalSource, reference_solution
+from honing.tasks.code import TEMPLATE_NAMES, TEMPLATES, CodeFunctionsSource, HumanEvalSource, reference_solution
 from honing.verify import VerifyContext, get_verifier
 from honing.verify.code import extract_program, humaneval_program, same_value, split_asserts
 
@@ -46,6 +46,18 @@ SOLUTIONS = {
                                "        cur = cur + 1 if i and x > nums[i - 1] else 1\n        best = max(best, cur)\n"
                                "    return best\n"),
     "mean": "def mean(nums):\n    return sum(nums) / len(nums) if nums else 0.0\n",
+    # code_families_more: one function per template, written apart from its reference
+    "squares": "def squares(nums):\n    return list(map(lambda x: x * x, nums))\n",
+    "swap_case": "def swap_case(s):\n    return ''.join(c.upper() if c.islower() else c.lower() for c in s)\n",
+    "gcd": "import math\ndef gcd(a, b):\n    return math.gcd(a, b)\n",
+    "differences": "def differences(nums):\n    return [b - a for a, b in zip(nums, nums[1:])]\n",
+    "index_of_max": "def index_of_max(nums):\n    return nums.index(max(nums)) if nums else -1\n",
+    "interleave": ("def interleave(a, b):\n    out = [x for p in zip(a, b) for x in p]\n"
+                   "    n = min(len(a), len(b))\n    return out + a[n:] + b[n:]\n"),
+    "transpose": "def transpose(grid):\n    return [list(col) for col in zip(*grid)]\n",
+    "to_binary": "def to_binary(n):\n    return bin(n)[2:]\n",
+    "max_window_sum": ("def max_window_sum(nums, k):\n    sums = [sum(nums[i:i + k]) for i in range(len(nums) - k + 1)]\n"
+                       "    return max(sums) if sums else None\n"),
 }
 
 
@@ -145,7 +157,8 @@ def test_code_functions_reference_solutions_pass_and_wrong_fail() -> None:
     """Through the sandbox: `reference_solution` of one training and one held-out task per
     template, and the independent SOLUTIONS above on a task of each template's structure of the
     same name, pass; `return None` fails."""
-    assert set(SOLUTIONS) == set(TEMPLATE_NAMES)
+    template_of = {v.name: t.name for t in TEMPLATES for v in t.variants}
+    assert sorted(template_of[f] for f in SOLUTIONS) == sorted(TEMPLATE_NAMES)  # one per template
     src = CodeFunctionsSource({"num_cases": 8})
     n = len(TEMPLATE_NAMES)
     refs = [t for split in ("train", "heldout")

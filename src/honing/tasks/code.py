@@ -4,7 +4,7 @@
   the signature and docstring; hidden: prompt, test, entry_point. Split by a stable hash of the
   task id (HELDOUT_FRACTION held out); `seed` shuffles the order.
 * `CodeFunctionsSource` ("code:functions"): procedurally generated small function-writing
-  tasks, unlimited and seedable. Each of the 16 templates (a tier 1..3 each) is a family of
+  tasks, unlimited and seedable. Each of the 25 templates (a tier 1..3 each) is a family of
   structures (`Variant`s): the operation and its parameters (sum or count of the multiples of
   k, rotate left or right, argument order, keep or drop a short last chunk, return type ...),
   hence a function name, signature and description of its own. Each structure has a reference
@@ -17,7 +17,7 @@
   structures, e.g. SFT demonstrations from "1/2" and RL from "2/2", so RL meets structures SFT never
   showed; held-out is unaffected).
   Held-out is disjoint from training by structure, not only by seed: within each template
-  the structures are ranked by a hash of their key and about HELDOUT_FRACTION of them (at
+  the structures are ranked by a hash of their key and about STRUCTURE_HELDOUT_FRACTION of them (at
   least one, never all) are held out (`STRUCTURE_SPLIT`), so no structure is in both splits
   and every template and tier has held-out structures. Task n of a split (seed namespace
   "<split>/<n>") draws a template uniformly, then one of its structures of that split;
@@ -85,9 +85,14 @@ class HumanEvalSource:
             yield self.task(p)
 
 
-# --- procedural function tasks (the families: code_families.py) -----------------------------------
-from honing.tasks.code_families import TEMPLATES, Template, Variant, structure_hash  # noqa: E402,F401
+# --- procedural function tasks (the families: code_families.py, code_families_more.py) -------------
+from honing.tasks.code_families import TEMPLATES as _FIRST, Template, Variant, structure_hash  # noqa: E402,F401
+from honing.tasks.code_families_more import MORE_TEMPLATES  # noqa: E402
 
+TEMPLATES: tuple[Template, ...] = _FIRST + MORE_TEMPLATES
+# Share of each template's structures held out. 0.25 (it was 0.2 with 16 templates) gives 51 held-out
+# structures of 179, so that a 64-task held-out eval draws about 40 distinct ones.
+STRUCTURE_HELDOUT_FRACTION = 0.25
 
 TEMPLATE_NAMES = tuple(t.name for t in TEMPLATES)
 VARIANTS: dict[str, Variant] = {v.key: v for t in TEMPLATES for v in t.variants}
@@ -95,13 +100,13 @@ VARIANTS: dict[str, Variant] = {v.key: v for t in TEMPLATES for v in t.variants}
 
 def _split_structures() -> dict[str, str]:
     """structure key -> 'train' | 'heldout'. Within each template the variants are ranked by their
-    structure hash and the first round(HELDOUT_FRACTION * n) of them (at least one, never all) are
+    structure hash and the first round(STRUCTURE_HELDOUT_FRACTION * n) of them (at least one, never all) are
     held out, so every template, and so every tier, has structures in both splits and no structure
     is in both."""
     out: dict[str, str] = {}
     for t in TEMPLATES:
         ranked = sorted(t.variants, key=lambda v: v.structure)
-        k = min(len(ranked) - 1, max(1, round(HELDOUT_FRACTION * len(ranked))))
+        k = min(len(ranked) - 1, max(1, round(STRUCTURE_HELDOUT_FRACTION * len(ranked))))
         out.update({v.key: "heldout" if i < k else "train" for i, v in enumerate(ranked)})
     return out
 

@@ -1,4 +1,4 @@
-"""The `code:functions` families: 16 templates (a tier 1..3 each), each a tuple of structures (`Variant`s)
+"""The first 16 `code:functions` templates (a tier 1..3 each), each a tuple of structures (`Variant`s)
 with a reference implementation as source and as an independent function, plus the seeded argument
 generators. honing.tasks.code splits the structures between train and held-out and builds the tasks.
 """
