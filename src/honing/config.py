@@ -458,7 +458,7 @@ class ScheduleConfig(_Node):
 
 
 HEALTH_EVENTS = ("heldout_drop", "length_collapse", "entropy_collapse", "non_correctness_gain", "infra_errors",
-                 "is_ratio")
+                 "is_ratio", "memory_pressure")
 """The run-health monitor's events (honing.schedule.health)."""
 
 
@@ -494,6 +494,9 @@ class HealthConfig(_Node):
     is_clip_rise: float = Field(0.1, gt=0, le=1)
     """is_ratio: rise of the share of tokens whose IS ratio is clipped (train/clip_frac: the PPO/GSPO clip;
     train/tis_clip_frac: above train.tis_cap)."""
+    memory_fraction: float = Field(0.85, gt=0, le=1)
+    """memory_pressure: a step's peak resident memory (rollout or update) above this fraction of the memory the
+    process may use (cgroup memory.max or the machine's RAM): the next longer batch may be killed by the kernel."""
 
 
 class RunOptions(_Node):
@@ -502,12 +505,12 @@ class RunOptions(_Node):
     + kill + resume + N steps."""
     health: HealthConfig = HealthConfig()
     """Run-health monitor thresholds (events: heldout_drop, length_collapse, entropy_collapse,
-    non_correctness_gain, infra_errors, is_ratio)."""
+    non_correctness_gain, infra_errors, is_ratio, memory_pressure)."""
     halt_on: list[Literal[HEALTH_EVENTS]] = []  # type: ignore[valid-type]
     """Health events that stop the run: after the step that raised one is committed and checkpointed, the run
     exits (130) naming the event; `honing train --resume RUN` continues (an event halts again only after its
     condition cleared and came back). Names: heldout_drop, length_collapse, entropy_collapse,
-    non_correctness_gain, infra_errors, is_ratio."""
+    non_correctness_gain, infra_errors, is_ratio, memory_pressure."""
 
 
 class StageConfig(_Node):

@@ -109,3 +109,26 @@ def test_heldout_falling_while_train_reward_rises(tmp_path: Path, capsys: pytest
     db = _db(tmp_path / "run")
     assert db.execute("SELECT COUNT(*) FROM health_events").fetchone()[0] == 1  # still down at step 6: once
     db.close()
+
+
+@pytest.mark.slow
+def test_memory_pressure_halts_before_the_kernel_would_kill(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """A threshold any process passes stands in for a run near the machine's memory: the step's
+    per-phase peaks are logged, the event names the knobs, and the run stops checkpointed."""
+    torch.set_num_threads(1)
+    recipe = _recipe("FormatGain", halt_on=["memory_pressure"], health={"window": 2, "memory_fraction": 1e-4})
+    run = tmp_path / "run"
+    with pytest.raises(StoppedEarly) as stop:
+        train(RunConfig.model_validate(recipe), run, show_progress=False, plain_progress=True)
+    assert "after step 1 (checkpointed), on memory_pressure" in str(stop.value)
+    err = capsys.readouterr().err
+    assert "health halt: step 1: memory_pressure: peak resident memory" in err and "train.gradient_checkpointing" in err
+    metrics = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    step1 = next(r for r in metrics if r.get("step") == 1 and "train/reward" in r)
+    # per-phase peaks (not the process's lifetime high-water mark) and the RSS after the update's release
+    assert 50 < step1["rollout/peak_rss_mb"] and 50 < step1["train/peak_rss_mb"]
+    assert 50 < step1["train/rss_after_mb"] <= step1["train/peak_rss_mb"] + 1
+    db = _db(run)
+    (values,) = db.execute("SELECT values_json FROM health_events WHERE name = 'memory_pressure'").fetchone()
+    db.close()
+    assert json.loads(values)["metric"] in ("rollout/peak_rss_mb", "train/peak_rss_mb")

@@ -14,7 +14,7 @@ import pytest
 from honing.config import HEALTH_EVENTS, HealthConfig, load_config
 from honing.errors import ConfigError
 from honing.schedule.health import (HealthMonitor, climb, collapse, heldout_drop, infra_share, layer_coefficients,
-                                    non_correctness_gain, tag)
+                                    memory_pressure, non_correctness_gain, tag)
 from honing.schedule.state import SCHEMA_VERSION, RunState, StateError
 from honing.verify.reward import RewardConfig
 
@@ -178,6 +178,29 @@ def test_heldout_drop_in_the_monitor() -> None:
     # the evaluation after the last step is checked by check_heldout
     m.observe_heldout(30, {"pass@1": 0.5, "per_task_pass@1": {i: float(k % 2) for k, i in enumerate(ids)}})
     assert m.check_heldout(30) == []  # back at its best: re-armed, no event
+
+
+def test_memory_pressure_check() -> None:
+    assert memory_pressure(900.0, 1000.0, 0.85) and not memory_pressure(800.0, 1000.0, 0.85)
+    assert not memory_pressure(10**9, None, 0.85)  # no known limit: silent
+
+
+def test_memory_pressure_fires_on_the_step_and_rearms() -> None:
+    m = HealthMonitor(HealthConfig(window=4), ["memory_pressure"], LAYERS, 4, memory_limit_mb=10_000.0)
+    peaks = {1: (2000, 3000), 2: (2500, 9100), 3: (2500, 9200), 4: (2500, 4000), 5: (9300, 4000)}
+    got = {}
+    for step, (rollout, update) in peaks.items():
+        metrics = {**_healthy(step, random.Random(step)), "rollout/peak_rss_mb": float(rollout),
+                   "train/peak_rss_mb": float(update)}
+        got[step] = [e for e in m.observe(step, metrics) if e["name"] == "memory_pressure"]
+    assert [s for s, ev in got.items() if ev] == [2, 5]  # on the way in only; re-armed after step 4
+    e2, e5 = got[2][0], got[5][0]
+    assert e2["severity"] == "halt" and e2["values"]["metric"] == "train/peak_rss_mb" and e2["values"]["share"] == 0.91
+    assert "8.9 GB in step 2's update is 91% of the 9.8 GB" in e2["message"]
+    assert "train.gradient_checkpointing" in e2["message"]
+    assert "step 5's rollout" in e5["message"]
+    quiet = HealthMonitor(HealthConfig(window=4, memory_fraction=0.95), (), LAYERS, 4, memory_limit_mb=10_000.0)
+    assert not quiet.observe(2, {"train/peak_rss_mb": 9100.0})
 
 
 def test_halt_on_marks_severity_and_unknown_names_are_refused() -> None:

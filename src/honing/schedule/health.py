@@ -18,7 +18,11 @@ Events (thresholds in `run.health`; `run.halt_on` names the ones that stop the r
 - `infra_errors`: the share of rollout samples that were infrastructure errors climbed;
 - `is_ratio`: importance-sampling ratios climbed: the mean |log ratio| between the trainer's and
   the engine's log-probs (train/logprob_mismatch), or the share of clipped tokens (train/clip_frac,
-  train/tis_clip_frac).
+  train/tis_clip_frac);
+- `memory_pressure`: a step's peak resident memory (rollout/peak_rss_mb, train/peak_rss_mb) passed
+  `memory_fraction` of what the process may hold (honing.train.memory.memory_limit_mb): the kernel
+  kills a process past it without a word, so the run says so while a checkpoint can still be taken.
+  A per-step check, not a window one.
 
 An event fires when its condition becomes true and not again until the condition has cleared, so
 a resumed run that stopped on an event continues. The monitor's state travels in the scheduler
@@ -36,7 +40,7 @@ from honing.eval.metrics import diff_ci
 from honing.verify.reward import PASSED, RewardConfig, applies
 
 __all__ = ["HEALTH_EVENTS", "HealthMonitor", "collapse", "climb", "heldout_drop", "layer_coefficients",
-           "non_correctness_gain", "infra_share", "tag"]
+           "memory_pressure", "non_correctness_gain", "infra_share", "tag"]
 
 # metrics the window checks read (reward layers: every 'reward/<domain>/<layer>')
 TRACKED = ("train/reward", "train/completion_len", "train/neg_logprob", "train/logprob_mismatch", "train/clip_frac",
@@ -115,6 +119,16 @@ def infra_share(metrics: Mapping[str, float], group_size: int) -> float | None:
     return float(metrics.get("rollout/infra_errors", 0.0)) / (attempts * max(group_size, 1))
 
 
+PEAK_METRICS = ("rollout/peak_rss_mb", "train/peak_rss_mb")
+MEMORY_KNOBS = ("train.gradient_checkpointing: true, a lower train.logprob_chunk_tokens, train.micro_batch_size or "
+                "micro_batch_tokens, generation.max_batch_size")
+
+
+def memory_pressure(peak_mb: float, limit_mb: float | None, fraction: float) -> bool:
+    """The step's peak resident memory is above `fraction` of the limit (no limit known: never)."""
+    return bool(limit_mb) and peak_mb > fraction * limit_mb  # type: ignore[operator]
+
+
 def tag(events: Sequence[dict]) -> str:
     """The progress line's mention of a step's events."""
     return ("  health: " + ", ".join(sorted({e["name"] for e in events}))) if events else ""
@@ -152,7 +166,7 @@ class HealthMonitor:
     name is in `halt_on`, else `warn`), message, values (the numbers behind it), step."""
 
     def __init__(self, cfg: HealthConfig, halt_on: Sequence[str] = (), reward: RewardConfig | None = None,
-                 group_size: int = 1) -> None:
+                 group_size: int = 1, memory_limit_mb: float | None = None) -> None:
         unknown = [n for n in halt_on if n not in HEALTH_EVENTS]
         if unknown:
             from honing.errors import ConfigError
@@ -161,6 +175,11 @@ class HealthMonitor:
         self.cfg, self.halt_on = cfg, set(halt_on)
         self.reward = reward or RewardConfig()
         self.group_size = group_size
+        if memory_limit_mb is None:
+            from honing.train.memory import memory_limit_mb as _limit
+
+            memory_limit_mb = _limit()
+        self.memory_limit_mb = memory_limit_mb
         self.tracks: dict[str, _Track] = {}
         self.active: set[str] = set()  # conditions true at the last check (an event fires on the way in)
         self.best: dict | None = None  # the best held-out evaluation so far: step, pass@1, per_task, reward
@@ -181,6 +200,7 @@ class HealthMonitor:
                 self.tracks.setdefault(key, _Track()).add(step, float(v), w)
         found: dict[str, tuple[str, str, dict]] = {}  # condition key -> (name, message, values)
         self._windows(found)
+        self._memory(step, metrics, found)
         return self._fire(step, found, heldout=False) + self.check_heldout(step)
 
     def observe_heldout(self, step: int, result: Mapping[str, Any]) -> None:
@@ -262,6 +282,21 @@ class HealthMonitor:
                     f"reward gain ({100 * vals['share']:.0f}%) from {t.span('first')} to {t.span('recent')}; it is "
                     f"not a correctness layer (run.health.layer_gain_share={c.layer_gain_share})"),
                     {"domain": dom, "layer": layer, **vals})
+
+    def _memory(self, step: int, metrics: Mapping[str, float], found: dict) -> None:
+        peaks = {k: float(metrics[k]) for k in PEAK_METRICS if isinstance(metrics.get(k), (int, float))}
+        if not peaks:
+            return
+        key = max(peaks, key=peaks.__getitem__)
+        peak, limit, frac = peaks[key], self.memory_limit_mb, self.cfg.memory_fraction
+        if memory_pressure(peak, limit, frac):
+            assert limit is not None
+            phase = "rollout" if key.startswith("rollout/") else "update"
+            found["memory_pressure"] = ("memory_pressure", (
+                f"peak resident memory {peak / 1024:.1f} GB in step {step}'s {phase} is {100 * peak / limit:.0f}% of the "
+                f"{limit / 1024:.1f} GB this process may hold (run.health.memory_fraction={frac}); a longer batch may be "
+                f"killed by the kernel. Lower it with {MEMORY_KNOBS}"),
+                {"peak_mb": peak, "limit_mb": limit, "share": peak / limit, "metric": key})
 
     def _fire(self, step: int, found: dict[str, tuple[str, str, dict]], heldout: bool) -> list[dict]:
         """Events for the conditions that just became true. The conditions of this check (the held-out

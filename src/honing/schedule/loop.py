@@ -45,6 +45,7 @@ from honing.schedule.setup import (Setup, batch_scores, build_tasks, check_heldo
                                    layer_means, multiturn_config, seed_everything, verify_and_score)
 from honing.schedule.state import RunState
 from honing.train import PolicyTrainer, check_train_config, compute_advantages
+from honing.train import memory
 from honing.train.distributed import make_trainer
 
 __all__ = ["Setup", "build_tasks", "check_heldout_overlap", "default_run_dir", "informative_groups", "layer_means",
@@ -423,7 +424,9 @@ def rl_step(r: Run, step: int) -> tuple[StepBatch, dict[str, float], list[Outcom
     cfg, setup = r.cfg, r.setup
     t0 = time.perf_counter()
     phase("rollout", step)
+    memory.reset_peak()
     batch = r.pipeline.batch_for_step(step, current=step - 1)            # rollouts, graded
+    rollout_peak = memory.peak_rss_mb()
     trajs = [t for g in batch.used for t in g.trajs]
     for i, g in enumerate(batch.used):
         for t in g.trajs:
@@ -445,7 +448,7 @@ def rl_step(r: Run, step: int) -> tuple[StepBatch, dict[str, float], list[Outcom
     metrics = {**{f"train/{key}": v for key, v in batch_scores(trajs, [g.trajs for g in batch.used]).items()},
                "train/groups": float(len(batch.used)), **layer_means(trajs),
                **{f"train/{key}": v for key, v in upd.items()}, **batch.stats,
-               **setup.sampler.metrics(), "time/update_s": update_s, "time/step_s": dt,
+               **setup.sampler.metrics(), "rollout/peak_rss_mb": rollout_peak, "time/update_s": update_s, "time/step_s": dt,
                "time/samples_per_s": len(trajs) / dt,
                "time/tokens_per_s": sum(len(t.completion_ids) for t in trajs) / dt}
     if cfg.eval.every_steps and step % cfg.eval.every_steps == 0 and step < cfg.train.steps:

@@ -19,6 +19,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from honing.engine.hf import autocast_ctx, bf16_supported
 from honing.rollout.single import prompt_ids
 from honing.tasks.types import Task
+from honing.train import memory
 from honing.train.logprobs import (
     _head_and_decoder,
     completion_logprobs,
@@ -237,6 +238,7 @@ def sft(model: PreTrainedModel, demos: Sequence[Any], pad_id: int, steps: int,
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
+        memory.release_free_memory()  # batches differ in length: without this RSS ratchets up (memory.py)
         losses.append(float(loss.detach()))
         if on_step:
             on_step(step, losses[-1])

@@ -14,7 +14,6 @@ from __future__ import annotations
 import copy
 import math
 import random
-import resource
 import time
 import warnings
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from transformers import PreTrainedModel
 from honing.config import LoraConfig, TrainConfig
 from honing.engine.hf import autocast_ctx, bf16_supported
 from honing.rollout.types import Trajectory
+from honing.train import memory
 from honing.train.advantages import compute_advantages
 from honing.train.distributed import PREFIX, Sharded, all_gather_objects, all_reduce_floats, broadcast_object, \
     full_optimizer_state, load_full_optimizer_state, max_int, optimizer_state_by_index, optimizer_state_by_name, \
@@ -76,8 +76,11 @@ def padded(rows: Sequence[Sequence[float] | torch.Tensor], width: int, device: t
 
 def peak_memory_mb(device: torch.device) -> dict[str, float]:
     """GPU: torch.cuda.max_memory_allocated since the step began. CPU: the process's peak RSS
-    (getrusage ru_maxrss, a high-water mark since the process started, not per step)."""
-    out = {"peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0}
+    since the step began (Linux; elsewhere since the process started), and its RSS after the
+    step has handed freed memory back (memory.py)."""
+    out = {"peak_rss_mb": memory.peak_rss_mb()}
+    if memory.release_free_memory() and (now := memory.rss_mb()) is not None:
+        out["rss_after_mb"] = now
     if device.type == "cuda":
         out["peak_gpu_mem_mb"] = torch.cuda.max_memory_allocated(device) / 2**20
     return out
@@ -281,6 +284,7 @@ class PolicyTrainer:
         dev = self.model.device
         if dev.type == "cuda":
             torch.cuda.reset_peak_memory_stats(dev)
+        memory.reset_peak()
         seqs = []
         for t in trajs:  # old log-probs start as the engine's; replaced below when recomputed
             engine_lp = torch.tensor(t.logprobs, dtype=torch.float32)
