@@ -242,6 +242,7 @@ class Run:
             res = evaluate(engine, self.tok, self.setup.heldout, params, self.setup.ctx, seed=c.seed + 7,
                            opts=self.setup.grading, roll_out=self.setup.roll_out)
         res["weights"] = which
+        memory.release_free_memory()  # the eval's KV caches and episodes, handed back before training goes on
         self.health.observe_heldout(step, res)
         per_domain = {f"heldout/{d}/pass@1": v for d, v in res.get("per_domain_pass@1", {}).items()}
         self.progress.note(f"held-out {label}: pass@1 {res['pass@1']:.3f}  mean reward {res['mean_reward']:.3f}"
