@@ -59,9 +59,11 @@ def test_reference_policy_passes_and_json_has_verdicts() -> None:
     assert len(rows) == 2 and len({r["task_id"] for r in rows}) == 2
     for r in rows:
         assert r["passed"] is True and r["score"] == 1.0 and r["infra_error"] is False
-        assert r["stop_reason"] == "submit" and r["tools"] == ["run_tests", "apply_patch", "run_tests", "submit"]
-        assert r["turns"] == 4 and r["tokens"] > 0 and set(r["time_s"]) == {"gen", "sandbox", "verify"}
-    assert "turn 2 · apply_patch" in p.stderr  # --show with --json renders on stderr
+        tools = r["tools"]  # a read of each file the patch changes, before patching
+        assert r["stop_reason"] == "submit" and tools[0] == "run_tests" and tools[-3:] == ["apply_patch", "run_tests", "submit"]
+        assert len(tools) >= 5 and set(tools[1:-3]) == {"read_file"}
+        assert r["turns"] == len(tools) and r["tokens"] > 0 and set(r["time_s"]) == {"gen", "sandbox", "verify"}
+    assert "turn 2 · read_file" in p.stderr and "turn 3 · apply_patch" in p.stderr  # --show with --json renders on stderr
 
 
 def test_single_turn_domain_with_the_tiny_model() -> None:

@@ -61,7 +61,7 @@ def test_multiturn_reference_demo_is_the_rl_trajectory_and_sft_trains_on_its_mas
     try:
         task = next(setup.sources[0].tasks("train", 0))
         demo = from_reference(setup, smol_tok, [task], "{answer}", 1 << 14, 0)[0]
-        assert demo.status == "kept" and demo.passed and demo.turns == 4, demo.reason
+        assert demo.status == "kept" and demo.passed and demo.turns == 5, demo.reason  # run_tests, read_file, patch, run, submit
         rl = setup.roll_out(ScriptedEngine(smol_tok, reference_replies(task)), smol_tok, [task],
                             SamplingParams(max_new_tokens=4096, temperature=0.0, n=1), 0)[0]
         def trained(d) -> list[int]:  # noqa: ANN001 - the tokens a loss is taken on

@@ -2,7 +2,8 @@
 scripted policy, grade them, and print each trajectory for a person to read.
 
 Policies: ``model`` (the --model, sampled), ``reference`` (replays the task's hidden reference
-solution: for repair tasks run_tests, apply_patch(reference_patch), run_tests, submit; for
+solution: for repair tasks run_tests, read_file of each file the patch changes, apply_patch(reference_patch),
+run_tests, submit; for
 single-turn tasks the hidden answer), ``scripted:FILE.jsonl`` (one assistant turn's raw text
 per line: a JSON string, ``{"text": ...}``, or a tool call ``{"name": ..., "arguments": ...}``).
 Tasks with an ``environment`` run as multi-turn episodes in the sandbox; others get one
@@ -113,6 +114,16 @@ def read_script(path: str) -> list[str]:
     return replies
 
 
+def patched_files(patch: str) -> list[str]:
+    """The existing files a unified diff changes, in order (none when it does not parse)."""
+    from honing.rollout.tools import PatchError, parse_unified_diff
+
+    try:
+        return list(dict.fromkeys(old for old, _, _ in parse_unified_diff(patch) if old))
+    except PatchError:
+        return []
+
+
 def reference_script(task: Any) -> list[str]:
     """The replies that replay a task's hidden reference solution (an environment package's
     `Environment.reference` when the task comes from one)."""
@@ -127,8 +138,9 @@ def reference_script(task: Any) -> list[str]:
     hidden = dict(task.hidden or {})
     if task.environment is not None:
         patch = hidden.get("reference_patch")
-        if patch:
-            return [tool_call("run_tests"), tool_call("apply_patch", patch=patch), tool_call("run_tests"),
+        if patch:  # look before patching: the patch's context lines are then in the episode, not recalled
+            reads = [tool_call("read_file", path=p) for p in patched_files(patch)]
+            return [tool_call("run_tests"), *reads, tool_call("apply_patch", patch=patch), tool_call("run_tests"),
                     tool_call("submit")]
         solution = hidden.get("solution")
         if isinstance(solution, dict) and solution:

@@ -9,7 +9,8 @@ output, so a reference that does not pass its own verifier is caught, not traine
 Per domain:
 - environment packages: the package's `Environment.reference`;
 - multi-turn tasks (repair): the hidden reference patch replayed with the tools
-  (run_tests -> apply_patch -> run_tests -> submit), or the hidden solution files written;
+  (run_tests -> read_file of each changed file -> apply_patch -> run_tests -> submit), or the hidden
+  solution files written;
 - finance: the reference solver that reads only the document (`verify.finance.solve`);
 - code:functions: the template's reference implementation, in the python block the prompt asks for;
 - humaneval: the canonical solution, for tasks of the training split only;
