@@ -12,6 +12,7 @@ from honing.rollout.tools import (
     apply_hunks,
     apply_search_replace,
     cap_text,
+    closest_lines,
     check_arguments,
     get_tools,
     parse_call,
@@ -78,6 +79,20 @@ def test_unified_diff_from_difflib_applies_and_ignores_stale_line_numbers():
     assert apply_hunks(shifted, hunks) == "# a header line\n" + new
     with pytest.raises(PatchError, match="does not apply"):
         apply_hunks(SRC.replace("y * 2", "y * 3"), parse_unified_diff(patch)[0][2])
+
+
+def test_a_hunk_that_misses_shows_the_closest_lines_of_the_file():
+    """A policy that guessed a line gets the file's real lines in the error, numbered like read_file."""
+    src = "\n".join(["import os", "", "", "def scale(x, factor):", "    return x * factor - 3", "", "",
+                     "def safe_ratio(a, b):", "    return a / b if b else 0.0"]) + "\n"
+    guess = "--- a/m.py\n+++ b/m.py\n@@ -4,2 +4,2 @@\n def scale(x, factor):\n-    return x * factor - 7\n+    return x * factor + 7\n"
+    with pytest.raises(PatchError) as e:
+        apply_hunks(src, parse_unified_diff(guess)[0][2])
+    msg = str(e.value)
+    assert "these lines were not found:\ndef scale(x, factor):\n    return x * factor - 7\n" in msg  # then the real ones
+    assert "the closest lines in the file (4-5):\n   4| def scale(x, factor):\n   5|     return x * factor - 3" in msg
+    assert closest_lines(src.splitlines(), ["completely different text here"]) == ""  # nothing alike: no hint
+    assert closest_lines([], ["x"]) == ""
 
 
 def test_new_and_deleted_files_in_a_diff():

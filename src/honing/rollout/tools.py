@@ -16,6 +16,7 @@ writes go through the session's workspace, which never follows links the box pla
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import re
@@ -194,6 +195,28 @@ def parse_unified_diff(patch: str) -> list[tuple[str | None, str | None, list[li
     return files
 
 
+def closest_lines(lines: Sequence[str], wanted: Sequence[str], max_lines: int = 12) -> str:
+    """The file's stretch most like the lines a hunk expected, numbered as read_file numbers them,
+    for the error a policy corrects from (the workspace's own file: nothing hidden). '' when
+    nothing is alike (ratio < 0.5) or the file is empty."""
+    if not lines or not wanted:
+        return ""
+    n = min(len(wanted), max_lines, len(lines))
+    target = "\n".join(wanted[:n])
+    best, at = 0.0, 0
+    for k in range(min(len(lines), 5000) - n + 1):
+        m = difflib.SequenceMatcher(None, target, "\n".join(lines[k:k + n]), autojunk=False)
+        if m.real_quick_ratio() <= best or m.quick_ratio() <= best:
+            continue
+        r = m.ratio()
+        if r > best:
+            best, at = r, k
+    if best < 0.5:
+        return ""
+    body = "\n".join(f"{i + 1:4d}| {lines[i]}" for i in range(at, at + n))
+    return f"\nthe closest lines in the file ({at + 1}-{at + n}):\n{body}"
+
+
 def apply_hunks(text: str, hunks: list[list[str]]) -> str:
     """Apply hunks by matching their old lines exactly (line numbers are only a hint)."""
     lines = text.splitlines()
@@ -207,7 +230,8 @@ def apply_hunks(text: str, hunks: list[list[str]]) -> str:
             continue
         at = [k for k in range(len(lines) - len(old) + 1) if lines[k:k + len(old)] == old]
         if not at:
-            raise PatchError("hunk does not apply; these lines were not found:\n" + "\n".join(old[:8]))
+            raise PatchError("hunk does not apply; these lines were not found:\n" + "\n".join(old[:8])
+                             + closest_lines(lines, old))
         k = at[0]
         lines[k:k + len(old)] = new
     return "\n".join(lines) + "\n" if lines else ""
