@@ -136,7 +136,8 @@ class RolloutConfig(_Node):
     max_total_tokens: int = Field(4096, gt=0)
     """Most tokens per episode: prompt, replies and observations."""
     wall_time_s: float = Field(600.0, gt=0)
-    """Wall-time budget per episode."""
+    """Time budget per episode: its own tool and sandbox time plus its share of each batched generation (a batch
+    of n episodes charges each 1/n of it), so the budget means the same for 8 episodes or 64 evaluated at once."""
     max_parse_errors: int = Field(3, ge=0)
     """Replies without a usable tool call before the episode stops."""
     context_tokens: int | None = Field(None, gt=0)

@@ -194,6 +194,31 @@ def test_batched_one_generate_call_per_turn_for_all_episodes(tok, sandbox, repai
     assert scores == [1.0, 1.0, 1.0, 0.0, 0.0, 0.0]  # submitting the unfixed repo scores 0
 
 
+class _SlowEngine(ScriptedEngine):
+    def generate(self, *args, **kwargs):  # noqa: ANN002, ANN003, ANN201
+        import time
+
+        time.sleep(0.5)
+        return super().generate(*args, **kwargs)
+
+
+def test_time_budget_is_the_episodes_own_time_not_the_batchs(tok, sandbox, repair_tasks):
+    """Eight episodes generated together are each charged an eighth of a generate call: 4 turns of
+    0.5 s calls fit a 1 s budget (the wall clock passes it after 2 turns, which used to cut every
+    held-out repair episode of a 64-task evaluation after 3 turns). One episode alone pays the whole
+    call and is stopped after 2 turns."""
+    task = repair_tasks[1]
+    script = [call("list_files"), call("list_files"), call("list_files"), call("submit")]
+    cfg = MultiTurnConfig(context_tokens=200_000, max_total_tokens=200_000, max_turns=12, wall_time_s=1.0)
+    many = multiturn_rollout(_SlowEngine(tok, script), tok, [task], SamplingParams(max_new_tokens=6000, n=8),
+                             sandbox, cfg, seed=0)
+    assert [(len(t.turns), t.stop_reason) for t in many] == [(4, "submit")] * 8
+    assert all(t.timings["episode_s"] >= 2.0 for t in many)  # the wall clock did pass the budget
+    alone = multiturn_rollout(_SlowEngine(tok, script), tok, [task], SamplingParams(max_new_tokens=6000, n=1),
+                              sandbox, cfg, seed=0)
+    assert [(len(t.turns), t.stop_reason) for t in alone] == [(2, "wall_time")]
+
+
 @pytest.mark.parametrize("template", ["chatml", "variant"])
 def test_flat_tokens_are_the_template_rendering_of_the_conversation(tok, sandbox, repair_tasks, template):
     """On templates that add special tokens (and a BOS-like header, and two newlines after each

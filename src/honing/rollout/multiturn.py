@@ -47,7 +47,7 @@ STOP_TRUNCATED = ("max_turns", "max_tokens", "wall_time", "context")
 class MultiTurnConfig:
     max_turns: int = 8
     max_total_tokens: int = 8192  # prompt + replies + observations
-    wall_time_s: float = 600.0  # per episode
+    wall_time_s: float = 600.0  # per episode, its own time: tools + its share of each batched generation
     max_parse_errors: int = 3  # replies without a usable tool call before the episode stops
     context_tokens: int | None = None  # None: the tokenizer's model_max_length (capped at 32768)
     truncation: str = "oldest_observations"  # or "none" (stop with stop_reason "context")
@@ -109,6 +109,7 @@ class Episode:
                  group: int = 0) -> None:
         self.task, self.session, self.env, self.fmt, self.cfg, self.group = task, session, env, fmt, cfg, group
         self.t0 = time.perf_counter()
+        self.budget_from = 0  # the first turn charged to this episode's time budget (a fork restarts it)
         intro = env.reset(task, session)
         msgs = [dict(m) for m in task.prompt]
         if intro:
@@ -131,6 +132,14 @@ class Episode:
             out += t.observation_ids
         return out
 
+    def spent_s(self) -> float:
+        """The episode's own time against `wall_time_s`: its tool and snapshot time plus its share of
+        each batched generation it was part of (gen_s / the episodes in that batch). Not the wall
+        clock: 64 held-out episodes generated together would otherwise each be charged the whole
+        batch's time and all be cut after the same few turns, however fast each one was."""
+        return sum(t.timings.get("gen_share_s", t.timings.get("gen_s", 0.0)) + t.timings.get("env_s", 0.0)
+                   + t.timings.get("snapshot_s", 0.0) for t in self.turns[self.budget_from:])
+
     def check_stop(self, max_new_tokens: int, context: int) -> None:
         cfg = self.cfg
         if self.done:
@@ -138,7 +147,7 @@ class Episode:
         n = len(self.ids())
         reason = ("max_turns" if len(self.turns) >= cfg.max_turns else
                   "max_tokens" if n >= cfg.max_total_tokens else
-                  "wall_time" if time.perf_counter() - self.t0 >= cfg.wall_time_s else "")
+                  "wall_time" if self.spent_s() >= cfg.wall_time_s else "")
         if not reason and n + max_new_tokens > context:
             if cfg.truncation == "oldest_observations":
                 self._truncate(n + max_new_tokens - context)
@@ -175,7 +184,7 @@ class Episode:
         n_intro = len(self.messages) - sum(1 + bool(t.observation_ids) for t in self.turns)
         return n_intro + sum(1 + bool(t.observation_ids) for t in self.turns[:k]) + 1
 
-    def act(self, sample: Sample, text: str, gen_s: float) -> None:
+    def act(self, sample: Sample, text: str, gen_s: float, gen_share_s: float | None = None) -> None:
         t0 = time.perf_counter()
         try:
             obs, done = self.env.step(text)
@@ -204,7 +213,8 @@ class Episode:
             action_text=text, observation_ids=obs_ids, observation_text=obs, finish_reason=sample.finish_reason,
             tool=getattr(info, "tool", None), ok=bool(getattr(info, "ok", True)),
             parse_error=bool(getattr(info, "parse_error", False)), snapshot_id=sid,
-            timings={"gen_s": gen_s, "env_s": env_s, "snapshot_s": snap_s}))
+            timings={"gen_s": gen_s, "gen_share_s": gen_s if gen_share_s is None else gen_share_s, "env_s": env_s,
+                     "snapshot_s": snap_s}))
         parse_errors = sum(t.parse_error for t in self.turns)
         if done:
             self.done, self.stop_reason = True, self.stop_reason or "submit"
@@ -237,6 +247,7 @@ class Episode:
         child.__dict__.update(self.__dict__)
         child.session, child.env, child.t0 = session, env, time.perf_counter()
         child.turns = list(self.turns[: turn + 1])
+        child.budget_from = turn + 1  # a fresh time budget, as before
         child.obs_chunks = list(self.obs_chunks[: turn + 1])
         n_msgs = len(self.messages) - sum(1 + bool(t.observation_ids) for t in self.turns[turn + 1:])
         child.messages = [dict(m) for m in self.messages[:n_msgs]]
@@ -326,7 +337,8 @@ def run_episodes(engine: Engine, tokenizer: PreTrainedTokenizerBase, episodes: S
             gen_s = time.perf_counter() - t0
             samples = [g[0] for g in out]
             texts = [fmt.tok.decode(s.token_ids, skip_special_tokens=True) for s in samples]
-            list(pool.map(lambda a: a[0].act(a[1], a[2], gen_s), zip(live, samples, texts)))
+            share = gen_s / len(live)
+            list(pool.map(lambda a: a[0].act(a[1], a[2], gen_s, share), zip(live, samples, texts)))
             step += 1
 
 
