@@ -40,7 +40,7 @@ RECIPE = {
     "run": {"deterministic": True},
 }
 
-VOLATILE = ("time/", "worker/", "train/update_s", "train/peak_", "train/rss", "train/mem")
+VOLATILE = ("time/", "worker/", "train/update_s", "train/peak_", "train/rss", "train/mem", "rollout/peak_")
 
 
 def _stable(rows: list[dict]) -> list[dict]:
