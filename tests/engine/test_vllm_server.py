@@ -496,12 +496,13 @@ def test_real_server_serves_a_lora_runs_merged_weights(server: Any, smol: Any) -
     server.set_model(model)
     server.load_weights(None, version=10)
     base_out = server.generate([p], greedy)[0][0]
+    torch.manual_seed(2)  # lora_A's random init: the same adapter every run (0.142 vs 3 x 0.050 once failed)
     peft = apply_lora(copy.deepcopy(model), LoraConfig(enabled=True, r=8, alpha=16))
     g = torch.Generator().manual_seed(2)
     with torch.no_grad():
         for n, prm in peft.named_parameters():
-            if "lora_B" in n:  # lora_B starts at zero: give the adapter a real effect
-                prm.copy_(torch.randn(prm.shape, generator=g) * 0.05)
+            if "lora_B" in n:  # lora_B starts at zero: give the adapter a clear effect
+                prm.copy_(torch.randn(prm.shape, generator=g) * 0.1)
     server.set_model(peft)
     server.load_weights(None, version=11)
     out = server.generate([p], greedy)[0][0]
