@@ -16,13 +16,21 @@ import resource
 from functools import lru_cache
 
 
-def _status_kb(field: str) -> int | None:
-    return _status_kb_from("/proc/self/status", field)
+def _kb_field(path: str, field: str) -> int | None:
+    """A `Field:   N kB` line of a /proc file, in kB (None when unreadable or absent)."""
+    try:
+        with open(path) as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
 
 
 def rss_mb() -> float | None:
     """The process's current resident set size in MB (None where /proc is not available)."""
-    kb = _status_kb("VmRSS")
+    kb = _kb_field("/proc/self/status", "VmRSS")
     return None if kb is None else kb / 1024.0
 
 
@@ -39,7 +47,7 @@ def reset_peak() -> bool:
 
 def peak_rss_mb() -> float:
     """Peak resident size in MB since the last reset_peak() (or since the process began)."""
-    kb = _status_kb("VmHWM")
+    kb = _kb_field("/proc/self/status", "VmHWM")
     if kb is None:
         kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return kb / 1024.0
@@ -98,17 +106,6 @@ def _cgroup_limit_bytes() -> int | None:
 def memory_limit_mb() -> float | None:
     """What this process may hold resident before the kernel kills it: the machine's RAM
     (MemTotal), or its cgroup's memory.max where that is lower. None where neither is readable."""
-    total = _status_kb_from("/proc/meminfo", "MemTotal")
+    total = _kb_field("/proc/meminfo", "MemTotal")
     limits = [x for x in (total * 1024 if total is not None else None, _cgroup_limit_bytes()) if x]
     return min(limits) / 2**20 if limits else None
-
-
-def _status_kb_from(path: str, field: str) -> int | None:
-    try:
-        with open(path) as f:
-            for line in f:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1])
-    except OSError:
-        return None
-    return None

@@ -76,10 +76,9 @@ def padded(rows: Sequence[Sequence[float] | torch.Tensor], width: int, device: t
 
 def peak_memory_mb(device: torch.device) -> dict[str, float]:
     """GPU: torch.cuda.max_memory_allocated since the step began. CPU: the process's peak RSS
-    since the step began (Linux; elsewhere since the process started), and its RSS after the
-    step has handed freed memory back (memory.py)."""
+    since the step began (Linux; elsewhere since the process started) and its RSS now."""
     out = {"peak_rss_mb": memory.peak_rss_mb()}
-    if memory.release_free_memory() and (now := memory.rss_mb()) is not None:
+    if (now := memory.rss_mb()) is not None:
         out["rss_after_mb"] = now
     if device.type == "cuda":
         out["peak_gpu_mem_mb"] = torch.cuda.max_memory_allocated(device) / 2**20
@@ -329,6 +328,7 @@ class PolicyTrainer:
             lr = self.sched.get_last_lr()[0]
             self.sched.step()
         self.step_count += 1
+        memory.release_free_memory()  # activations of varying size: else RSS ratchets up (memory.py)
         if recompute:  # the trainer's own pre-update numbers against the engine's
             for s in needed:
                 d = ((s.old - s.engine) * s.mask).abs()
