@@ -346,6 +346,11 @@ class EvalConfig(_Node):
     (LoRA applied), exactly what a checkpoint saves and `honing eval CHECKPOINT` measures, decoded by an
     hf engine without autocast. 'engine': the generation engine's copy (bf16 or vLLM): faster, but not
     the weights that ship (greedy decoding from a bf16 copy swung 3 of 48 quickstart tasks)."""
+    reuse_before: bool = False
+    """Reuse the held-out evaluation of the initial policy from an earlier run when the weights, the
+    held-out tasks, every setting that affects decoding or grading, and the code are all the same
+    (stored under $HONING_HOME/evals/; eval/before_cache.py). Saves the base model's evaluation on
+    each rerun of a recipe (repair's takes 17 min on 2 cores); the summary names the run it came from."""
     contamination: ContaminationCheckConfig = ContaminationCheckConfig()
     """Start-up overlap check between training sources and the held-out tasks."""
 

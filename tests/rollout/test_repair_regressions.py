@@ -60,13 +60,13 @@ def functions_checked(src: str) -> set[str]:
 def test_hidden_suite_covers_every_public_function_and_stays_hidden():
     for task in itertools.chain(itertools.islice(RepairSource().tasks("train", 0), 30),
                                 itertools.islice(RepairSource().tasks("heldout", 0), 10)):
-        _, path = module_paths(task)
+        fam, path = module_paths(task)
         fixed = patched(task.environment["files"], task.hidden["reference_patch"])
         public = {n.name for p in path.values() for n in ast.parse(fixed[p]).body
                   if isinstance(n, ast.FunctionDef) and not n.name.startswith("_")}
         reg = task.hidden["regression_tests"]
         assert set(reg) == {"tests/test_visible.py", "tests/test_hidden_coverage.py"}
-        assert len(public) == 8 and functions_checked(reg["tests/test_hidden_coverage.py"]) == public, task.id
+        assert public == set(fam.args) and len(public) >= 7 and functions_checked(reg["tests/test_hidden_coverage.py"]) == public, task.id
         # the grader's copy of the visible tests is the file the agent was given
         assert reg["tests/test_visible.py"] == task.environment["files"]["tests/test_visible.py"]
         for hidden_src in (reg["tests/test_hidden_coverage.py"], task.hidden["tests"]["tests/test_hidden.py"]):

@@ -6,7 +6,9 @@ reference fix (applied as the recorded unified diff, the way an agent would) pas
 
 from __future__ import annotations
 
+import ast
 import itertools
+import random
 import textwrap
 
 import pytest
@@ -16,6 +18,7 @@ from honing.rollout.tools import apply_hunks, parse_unified_diff
 from honing.rollout.types import Trajectory
 from honing.tasks import make_source, task_from_json, task_to_json
 from honing.tasks.repair import TEST_COMMAND, RepairDirSource, RepairSource
+from honing.tasks.repair_families import FAMILIES
 from honing.verify import VerifyContext, get_verifier
 
 from .conftest import needs_bwrap
@@ -39,7 +42,7 @@ def test_generator_is_seedable_levelled_and_splits_are_disjoint():
     assert not {key(t) for t in train} & {key(t) for t in held}
     assert not {t.id for t in train} & {t.id for t in held}
     assert {t.metadata["level"] for t in train} == {1, 2, 3, 4, 5}
-    assert len({t.metadata["family"] for t in train}) == 3
+    assert {t.metadata["family"] for t in train} == {f.name for f in FAMILIES}
     for t in train[:20]:
         files = t.environment["files"]
         assert "tests/test_visible.py" in files and not any("hidden" in p for p in files)
@@ -53,15 +56,52 @@ def test_generator_is_seedable_levelled_and_splits_are_disjoint():
         RepairSource({"levels": [7]})
     with pytest.raises(TaskError, match="unknown parameters"):
         RepairSource({"level": [1]})
+    with pytest.raises(TaskError, match="families must be a non-empty subset"):
+        RepairSource({"families": ["shop", "gears"]})
+    with pytest.raises(TaskError, match="split_by must be one of structure, site"):
+        RepairSource({"split_by": "family"})
     assert isinstance(make_source("repair", {"levels": [1, 2]}), RepairSource)
+
+
+def test_every_family_has_every_bug_kind_each_at_one_place():
+    rng = random.Random(0)
+    for fam in FAMILIES:
+        assert {"operator", "off_by_one", "branch", "edge"} <= {b.kind for b in fam.bugs}, fam.name
+        assert {b.module for b in fam.bugs} == {"core", "dep"}, fam.name  # level 5 needs one of each
+        src = {"core": fam.core[1].format(**fam.constants(rng)), "dep": fam.dep[1].format(**fam.constants(rng))}
+        public = {n.name for m in src.values() for n in ast.parse(m).body if isinstance(n, ast.FunctionDef)}
+        assert public == set(fam.args), fam.name  # every public function gets generated test inputs
+        for b in fam.bugs:
+            assert src[b.module].count(b.old) == 1 and b.old != b.new, (fam.name, b)
+    assert len({f.name for f in FAMILIES}) == len(FAMILIES) == 6
+
+
+def site(task):
+    return task.metadata["family"], tuple(sorted(b["old"] for b in task.hidden["bugs"]))
+
+
+def test_split_by_site_holds_out_whole_bug_sites():
+    src = RepairSource({"split_by": "site", "levels": [1, 2, 3, 4]})
+    train = list(itertools.islice(src.tasks("train", 0), 120))
+    held = list(itertools.islice(src.tasks("heldout", 0), 40))
+    assert not {site(t) for t in train} & {site(t) for t in held}
+    assert {t.metadata["level"] for t in held} == {t.metadata["level"] for t in train} == {1, 2, 3, 4}
+    assert len({t.metadata["family"] for t in held}) >= 3
+    # the default split (by structure) holds out packages and constants, not sites: that is why `site` exists
+    dflt = RepairSource({"levels": [1]})
+    dflt_train = {site(t) for t in itertools.islice(dflt.tasks("train", 0), 80)}
+    assert {site(t) for t in itertools.islice(dflt.tasks("heldout", 0), 20)} <= dflt_train
+    with pytest.raises(TaskError, match="two or more bug sites at level 3"):
+        RepairSource({"split_by": "site", "levels": [3], "families": ["shop"]})
 
 
 @needs_bwrap
 def test_every_generated_bug_fails_on_the_buggy_repo_and_passes_on_the_reference(sandbox):
     verifier = get_verifier("repair")
     ctx = VerifyContext(extra={"sandbox": sandbox})
-    for level in range(1, 6):
-        for task in itertools.islice(RepairSource({"levels": [level]}).tasks("train", 100 * level), 5):
+    for fam, level in itertools.product([f.name for f in FAMILIES], range(1, 6)):
+        for task in itertools.islice(RepairSource({"levels": [level], "families": [fam]}).tasks("train", 100 * level), 1):
+            assert task.metadata["family"] == fam and task.metadata["level"] == level
             buggy = dict(task.environment["files"])
             fixed = patched(buggy, task.hidden["reference_patch"])
             assert {p: fixed[p] for p in task.hidden["solution"]} == dict(task.hidden["solution"])

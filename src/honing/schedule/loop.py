@@ -26,7 +26,7 @@ from honing.config import RunConfig, dump_config
 from honing.engine import SamplingParams, TransformersEngine, make_engine
 from honing.engine.factory import describe_engine
 from honing.errors import ConfigError
-from honing.eval import evaluate
+from honing.eval import before_cache, evaluate
 from honing.eval.metrics import describe_behaviour, heldout_deltas
 from honing.models import load_policy
 from honing.schedule.orchestrate import CostModel
@@ -128,7 +128,7 @@ def policy_device(choice: str) -> torch.device:
 
 
 HELDOUT_KEYS = ("pass@1", "mean_reward", "n_tasks", "infra_errors", "per_domain_pass@1", "per_task_pass@1", "weights",
-                "per_domain_behaviour", "per_task_reward", "per_task_cluster")
+                "per_domain_behaviour", "per_task_reward", "per_task_cluster", "reused_from")
 
 
 def generates_in_driver(cfg: RunConfig) -> bool:
@@ -355,7 +355,7 @@ def warm_start(r: Run) -> dict[str, float]:
         r.progress.note(f"held-out before: pass@1 {before['pass@1']:.3f}  mean reward {before['mean_reward']:.3f}"
                         f"  (evaluated before the interruption: {r.dir / SFT_PROGRESS})")
     else:
-        before, m0 = r.evaluate(0, "before")
+        before, m0 = evaluate_before(r)
         if cfg.sft.steps:
             save_before(r.dir, before, m0, HELDOUT_KEYS)
     after_sft = None
@@ -372,6 +372,25 @@ def warm_start(r: Run) -> dict[str, float]:
     r.state.set_meta("heldout_before", {key: before.get(key) for key in HELDOUT_KEYS})
     r.state.set_meta("heldout_after_sft", {key: after_sft.get(key) for key in HELDOUT_KEYS} if after_sft else None)
     return m0
+
+
+def evaluate_before(r: Run) -> tuple[dict, dict[str, float]]:
+    """The held-out evaluation of the initial policy, or with `eval.reuse_before` the stored one of an
+    earlier run whose weights, tasks, settings and code were the same (eval/before_cache.py)."""
+    if not r.cfg.eval.reuse_before or not r.setup.heldout:
+        return r.evaluate(0, "before")
+    key, parts = before_cache.before_key(r.cfg, r.model, r.setup.heldout, r.setup.sources)
+    hit = before_cache.load(key)
+    if hit is None:
+        before, m0 = r.evaluate(0, "before")
+        before_cache.store(key, parts, {k: before.get(k) for k in HELDOUT_KEYS}, m0, r.dir)
+        return before, m0
+    before, m0, run = hit
+    before["reused_from"] = run
+    r.health.observe_heldout(0, before)
+    r.progress.note(f"held-out before: pass@1 {before['pass@1']:.3f}  mean reward {before['mean_reward']:.3f}"
+                    f"  (reused: the same weights, tasks, settings and code were evaluated by {run})")
+    return before, m0
 
 
 def reload_warm_start(r: Run) -> dict[str, float]:

@@ -13,10 +13,14 @@
   breaks another function scores < 1 (the verifier multiplies the two pass rates). Hidden: those
   test files, the reference files and the reference patch (unified diff, which
   `apply_patch` accepts: a scripted policy can replay it). Params: `levels` (subset of 1..5),
-  `max_turns` (default 12), `hidden_cases` (in all, default 6), `visible_cases` and
-  `coverage_cases` (per function, default 2 each). Train and held-out tasks
-  are disjoint by construction: a task's split is a hash of its structure (family, package,
-  constants, bug sites), so no structure appears in both.
+  `families` (subset of shop, text, num, grades, stock, clock: repair_families.py; default all),
+  `split_by`, `max_turns` (default 12), `hidden_cases` (in all, default 6), `visible_cases` and
+  `coverage_cases` (per function, default 2 each). Train and held-out tasks are disjoint by
+  construction. `split_by: structure` (default): a task's split is a hash of its structure (family,
+  package, constants, bug sites), so no structure appears in both, but every bug site does (level 1
+  has 1-2 operator sites per family), so held-out asks for known fixes in new packages.
+  `split_by: site`: ~20% of each level's bug sites (family, bug indices) are held out whole, so a
+  held-out task asks for a fix that no training task shows, in a family the model has seen.
 * `RepairDirSource` ("repair:dir:<path>"): user tasks in a directory (see docs/multiturn.md):
   `<task>/task.yaml` (instruction, ...), `<task>/repo/` (the starting files), `<task>/tests/`
   (hidden tests), optional `<task>/solution.patch`; close to Terminal-Bench's layout.
@@ -28,12 +32,12 @@ import copy
 import difflib
 import hashlib
 import random
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 from honing.errors import TaskError
 from honing.rollout.tools import CODING_TOOLS
+from honing.tasks.repair_families import FAMILIES, Family
 from honing.tasks.types import SPLITS, Task, VerifierSpec
 
 TEST_COMMAND = "python3 -m unittest discover -s tests -t . 2>&1"
@@ -44,211 +48,7 @@ INSTRUCTIONS = ("Your workspace holds a Python package and its tests (tests/test
                 "run_tests or `{cmd}`). Find and fix the bug(s) in the package source so that the tests "
                 "pass. Do not change the tests: the package is graded with further hidden tests. "
                 "Call submit when you are done.")
-
-
-@dataclass(frozen=True)
-class Bug:
-    kind: str
-    module: str  # "core" or "dep"
-    old: str
-    new: str
-
-
-@dataclass(frozen=True)
-class Family:
-    name: str
-    core: tuple[str, str]  # (file stem, source); sources are format strings over the constants
-    dep: tuple[str, str]
-    constants: Callable[[random.Random], dict[str, Any]]
-    args: dict[str, Callable[[random.Random], tuple]]  # function -> random arguments
-    bugs: tuple[Bug, ...]
-
-
-def _ints(r: random.Random, n: int = 6, lo: int = -9, hi: int = 20) -> list[int]:
-    return [r.randint(lo, hi) for _ in range(r.randint(0, n))]
-
-
-def _lines(r: random.Random) -> list[tuple[float, int]]:
-    return [(round(r.uniform(0.5, 40), 2), r.randint(1, 6)) for _ in range(r.randint(0, 5))]
-
-
-def _text(r: random.Random) -> str:
-    words = ["alpha", "be", "cat", "delta", "echo", "fig", "golf", "hi", "io", "jupiter", "kilo", "lemon"]
-    return " ".join(r.choice(words) for _ in range(r.randint(0, 6)))
-
-
-SHOP_CORE = '''TAX_PERCENT = {tax}
-
-
-def line_total(price, qty):
-    return price * qty
-
-
-def with_tax(amount):
-    return round(amount + amount * TAX_PERCENT / 100, 2)
-
-
-def discount(amount, threshold):
-    if amount >= threshold:
-        return round(amount * {factor}, 2)
-    return amount
-
-
-def average_price(prices):
-    if not prices:
-        return 0.0
-    return sum(prices) / len(prices)
-'''
-SHOP_DEP = '''from .pricing import line_total, with_tax
-
-
-def subtotal(lines):
-    return round(sum(line_total(p, q) for p, q in lines), 2)
-
-
-def invoice(lines):
-    return with_tax(subtotal(lines))
-
-
-def top_items(lines, n):
-    ranked = sorted(lines, key=lambda line: line_total(*line), reverse=True)
-    return ranked[:n]
-
-
-def bulk_lines(lines, min_qty):
-    return [line for line in lines if line[1] >= min_qty]
-'''
-TEXT_CORE = '''def words(s):
-    return s.split()
-
-
-def truncate(s, width):
-    if len(s) <= width:
-        return s
-    return s[:width - 3] + "..."
-
-
-def initials(name):
-    return "".join(p[0].upper() for p in words(name))
-
-
-def pad_left(s, width, fill="{fill}"):
-    if len(s) >= width:
-        return s
-    return fill * (width - len(s)) + s
-'''
-TEXT_DEP = '''from .textutil import truncate, words
-
-
-def word_count(s):
-    return len(words(s))
-
-
-def longest_word(s):
-    ws = words(s)
-    if not ws:
-        return None
-    return max(ws, key=len)
-
-
-def headline(s, width):
-    return truncate(s.strip(), width)
-
-
-def count_long_words(s, min_len):
-    return sum(1 for w in words(s) if len(w) >= min_len)
-'''
-NUM_CORE = '''def clamp(x, lo, hi):
-    if x < lo:
-        return lo
-    if x > hi:
-        return hi
-    return x
-
-
-def scale(x, factor):
-    return x * factor + {offset}
-
-
-def safe_ratio(a, b):
-    if b == 0:
-        return None
-    return round(a / b, 6)
-
-
-def inclusive_range(a, b):
-    return list(range(a, b + 1))
-'''
-NUM_DEP = '''from .mathx import clamp, safe_ratio
-
-
-def normalize(xs, lo, hi):
-    return [clamp(x, lo, hi) for x in xs]
-
-
-def growth(xs):
-    return [safe_ratio(b - a, a) for a, b in zip(xs, xs[1:])]
-
-
-def window_sums(xs, k):
-    return [sum(xs[i:i + k]) for i in range(len(xs) - k + 1)]
-
-
-def peak_index(xs):
-    if not xs:
-        return -1
-    best = 0
-    for i in range(1, len(xs)):
-        if xs[i] > xs[best]:
-            best = i
-    return best
-'''
-
-FAMILIES: tuple[Family, ...] = (
-    Family("shop", ("pricing", SHOP_CORE), ("orders", SHOP_DEP),
-           lambda r: {"tax": r.choice([5, 8, 10, 12, 15, 20, 25]), "factor": r.choice([0.8, 0.85, 0.9, 0.95])},
-           {"line_total": lambda r: (round(r.uniform(0.5, 50), 2), r.randint(0, 9)),
-            "with_tax": lambda r: (round(r.uniform(0, 200), 2),),
-            "discount": lambda r: (float(r.randint(0, 100)), float(r.choice([20, 50, 80]))),
-            "average_price": lambda r: ([round(r.uniform(1, 30), 2) for _ in range(r.randint(0, 4))],),
-            "subtotal": lambda r: (_lines(r),), "invoice": lambda r: (_lines(r),),
-            "top_items": lambda r: (_lines(r), r.randint(1, 3)),
-            "bulk_lines": lambda r: (_lines(r), r.randint(1, 5))},
-           (Bug("operator", "core", "return price * qty", "return price + qty"),
-            Bug("operator", "core", "amount + amount * TAX_PERCENT", "amount - amount * TAX_PERCENT"),
-            Bug("off_by_one", "dep", "return ranked[:n]", "return ranked[:n - 1]"),
-            Bug("off_by_one", "dep", "line[1] >= min_qty", "line[1] > min_qty"),
-            Bug("branch", "core", "if amount >= threshold:", "if amount < threshold:"),
-            Bug("edge", "core", "    if not prices:\n        return 0.0\n", ""))),
-    Family("text", ("textutil", TEXT_CORE), ("report", TEXT_DEP),
-           lambda r: {"fill": r.choice(["*", ".", "0", "-"])},
-           {"words": lambda r: (_text(r),), "truncate": lambda r: (_text(r), r.randint(4, 20)),
-            "initials": lambda r: (_text(r),), "pad_left": lambda r: (_text(r)[:8], r.randint(0, 10)),
-            "word_count": lambda r: (_text(r),), "longest_word": lambda r: (_text(r),),
-            "headline": lambda r: ("  " + _text(r) + " ", r.randint(4, 20)),
-            "count_long_words": lambda r: (_text(r), r.randint(2, 6))},
-           (Bug("operator", "core", "s[:width - 3]", "s[:width + 3]"),
-            Bug("operator", "core", "fill * (width - len(s))", "fill * (width + len(s))"),
-            Bug("off_by_one", "dep", "len(w) >= min_len", "len(w) > min_len"),
-            Bug("off_by_one", "core", "s[:width - 3]", "s[:width - 2]"),
-            Bug("branch", "core", "if len(s) <= width:\n        return s", "if len(s) > width:\n        return s"),
-            Bug("edge", "dep", "    if not ws:\n        return None\n", ""))),
-    Family("num", ("mathx", NUM_CORE), ("series", NUM_DEP),
-           lambda r: {"offset": r.randint(1, 9)},
-           {"clamp": lambda r: (r.randint(-20, 20), r.randint(-10, 0), r.randint(1, 10)),
-            "scale": lambda r: (r.randint(-10, 10), r.randint(-3, 5)),
-            "safe_ratio": lambda r: (r.randint(-20, 20), r.choice([0, 0, r.randint(-5, 5)])),
-            "inclusive_range": lambda r: (r.randint(-3, 3), r.randint(-3, 6)),
-            "normalize": lambda r: (_ints(r), r.randint(-5, 0), r.randint(1, 10)),
-            "growth": lambda r: (_ints(r, lo=0, hi=9),),
-            "window_sums": lambda r: (_ints(r), r.randint(1, 3)), "peak_index": lambda r: (_ints(r),)},
-           (Bug("operator", "core", "x * factor + ", "x * factor - "),
-            Bug("off_by_one", "core", "range(a, b + 1)", "range(a, b)"),
-            Bug("off_by_one", "dep", "range(len(xs) - k + 1)", "range(len(xs) - k)"),
-            Bug("branch", "core", "if x < lo:\n        return lo", "if x < lo:\n        return hi"),
-            Bug("edge", "core", "    if b == 0:\n        return None\n", ""),
-            Bug("edge", "dep", "    if not xs:\n        return -1\n", ""))),
-)
+SPLIT_BY = ("structure", "site")
 
 
 def _namespace(core: str, dep: str) -> dict[str, Any]:
@@ -293,18 +93,46 @@ def _diff(old: dict[str, str], new: dict[str, str]) -> str:
     return "".join(out)
 
 
+def _hash(key: str) -> float:
+    """A stable number in [0, 1) for a structure key."""
+    return int(hashlib.sha256(key.encode()).hexdigest()[:8], 16) / 0x100000000
+
+
+def _level_sites(families: tuple[Family, ...], level: int) -> list[tuple[str, tuple[int, ...]]]:
+    """Every (family, bug indices) a task of `level` can have."""
+    out = []
+    for fam in families:
+        if level == 5:
+            core = [i for i, b in enumerate(fam.bugs) if b.module == "core"]
+            dep = [i for i, b in enumerate(fam.bugs) if b.module == "dep"]
+            out += [(fam.name, (c, d)) for c in core for d in dep]
+        else:
+            out += [(fam.name, (i,)) for i, b in enumerate(fam.bugs) if b.kind == LEVEL_KINDS[level]]
+    return out
+
+
 class RepairSource:
     domain = "repair"
 
     def __init__(self, params: dict[str, Any] | None = None, verifier: str | None = None,
                  system_prompt: str | None = None) -> None:
         params = dict(params or {})
-        valid = {"levels", "max_turns", "hidden_cases", "visible_cases", "coverage_cases"}
+        valid = {"levels", "families", "split_by", "max_turns", "hidden_cases", "visible_cases", "coverage_cases"}
         if set(params) - valid:
             raise TaskError(f"repair: unknown parameters {sorted(set(params) - valid)} (valid: {', '.join(sorted(valid))})")
         self.levels = sorted(int(x) for x in params.get("levels", (1, 2, 3, 4, 5)))
         if not self.levels or any(lv not in LEVEL_KINDS for lv in self.levels):
             raise TaskError(f"repair: levels must be a non-empty subset of 1..5, got {self.levels}")
+        names = [f.name for f in FAMILIES]
+        chosen = list(params.get("families", names))
+        unknown = [f for f in chosen if f not in names]
+        if not chosen or unknown:
+            raise TaskError(f"repair: families must be a non-empty subset of {names}, got {chosen}")
+        self.families = tuple(f for f in FAMILIES if f.name in chosen)
+        self.split_by = str(params.get("split_by", "structure"))
+        if self.split_by not in SPLIT_BY:
+            raise TaskError(f"repair: split_by must be one of {', '.join(SPLIT_BY)}, got '{self.split_by}'")
+        self.heldout_sites = self._heldout_sites() if self.split_by == "site" else set()
         self.max_turns = int(params.get("max_turns", 12))
         self.hidden_cases = int(params.get("hidden_cases", 6))
         self.visible_cases = int(params.get("visible_cases", 2))
@@ -318,7 +146,7 @@ class RepairSource:
         """The structural choices of candidate `n` (what the split hashes)."""
         rng = random.Random(f"repair/{n}")
         level = rng.choice(self.levels)
-        fam = rng.choice(FAMILIES)
+        fam = rng.choice(self.families)
         if level == 5:
             core_bugs = [i for i, b in enumerate(fam.bugs) if b.module == "core"]
             dep_bugs = [i for i, b in enumerate(fam.bugs) if b.module == "dep"]
@@ -329,14 +157,29 @@ class RepairSource:
                 "sites": sites, "rng": rng}
 
     def split_of(self, st: dict[str, Any]) -> str:
+        if self.split_by == "site":
+            return "heldout" if (st["family"], tuple(st["sites"])) in self.heldout_sites else "train"
         key = repr((st["family"], st["package"], sorted(st["constants"].items()), st["sites"]))
-        h = int(hashlib.sha256(key.encode()).hexdigest()[:8], 16)
-        return "heldout" if h < HELDOUT_FRACTION * 0xFFFFFFFF else "train"
+        return "heldout" if _hash(key) < HELDOUT_FRACTION else "train"
+
+    def _heldout_sites(self) -> set[tuple[str, tuple[int, ...]]]:
+        """split_by: site. The bug sites (family, bug indices) that only held-out tasks have: ~20% of
+        each level's sites by hash, at least one per level and never all of them, so a held-out task
+        asks for a fix no training task showed, in a family the model has seen."""
+        held: set[tuple[str, tuple[int, ...]]] = set()
+        for level in self.levels:
+            sites = sorted(_level_sites(self.families, level), key=lambda s: _hash(repr(s)))
+            if len(sites) < 2:
+                raise TaskError(f"repair: split_by site needs two or more bug sites at level {level}, "
+                                f"families {[f.name for f in self.families]} have {len(sites)}")
+            k = min(len(sites) - 1, max(1, sum(_hash(repr(s)) < HELDOUT_FRACTION for s in sites)))
+            held.update(sites[:k])
+        return held
 
     def make(self, split: str, n: int) -> Task:
         st = self.structure(n)
         rng: random.Random = st["rng"]
-        fam = next(f for f in FAMILIES if f.name == st["family"])
+        fam = next(f for f in self.families if f.name == st["family"])
         pkg, consts = st["package"], st["constants"]
         ref = {"core": fam.core[1].format(**consts), "dep": fam.dep[1].format(**consts)}
         bugs = [fam.bugs[i] for i in st["sites"]]
