@@ -23,7 +23,6 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any, Iterable
@@ -32,6 +31,7 @@ import torch
 
 from honing.config import RunConfig
 from honing.models import honing_home
+from honing.schedule.runlog import atomic_write_text
 from honing.tasks import task_to_json
 
 CACHE_DIR = "evals"
@@ -116,7 +116,6 @@ def load(key: str) -> tuple[dict[str, Any], dict[str, float], str] | None:
 def store(key: str, parts: dict[str, str], result: dict[str, Any], metrics: dict[str, float], run: Path) -> Path:
     path = cache_path(key)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps({"key": key, "parts": parts, "run": str(run), "result": result, "metrics": metrics}))
-    os.replace(tmp, path)
+    atomic_write_text(path, json.dumps({"key": key, "parts": parts, "run": str(run), "result": result,
+                                        "metrics": metrics}))
     return path

@@ -351,9 +351,7 @@ def warm_start(r: Run) -> dict[str, float]:
     kept = load_before(r.dir) if cfg.sft.steps else None  # a resume killed in the SFT stage: evaluated already
     if kept is not None:
         before, m0 = kept
-        r.health.observe_heldout(0, before)
-        r.progress.note(f"held-out before: pass@1 {before['pass@1']:.3f}  mean reward {before['mean_reward']:.3f}"
-                        f"  (evaluated before the interruption: {r.dir / SFT_PROGRESS})")
+        kept_before(r, before, f"evaluated before the interruption: {r.dir / SFT_PROGRESS}")
     else:
         before, m0 = evaluate_before(r)
         if cfg.sft.steps:
@@ -374,6 +372,12 @@ def warm_start(r: Run) -> dict[str, float]:
     return m0
 
 
+def kept_before(r: Run, before: dict, where: str) -> None:
+    """An evaluation before training that was not decoded now: the monitor and the console see it."""
+    r.health.observe_heldout(0, before)
+    r.progress.note(f"held-out before: pass@1 {before['pass@1']:.3f}  mean reward {before['mean_reward']:.3f}  ({where})")
+
+
 def evaluate_before(r: Run) -> tuple[dict, dict[str, float]]:
     """The held-out evaluation of the initial policy, or with `eval.reuse_before` the stored one of an
     earlier run whose weights, tasks, settings and code were the same (eval/before_cache.py)."""
@@ -387,9 +391,7 @@ def evaluate_before(r: Run) -> tuple[dict, dict[str, float]]:
         return before, m0
     before, m0, run = hit
     before["reused_from"] = run
-    r.health.observe_heldout(0, before)
-    r.progress.note(f"held-out before: pass@1 {before['pass@1']:.3f}  mean reward {before['mean_reward']:.3f}"
-                    f"  (reused: the same weights, tasks, settings and code were evaluated by {run})")
+    kept_before(r, before, f"reused: the same weights, tasks, settings and code were evaluated by {run}")
     return before, m0
 
 

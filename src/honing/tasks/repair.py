@@ -31,6 +31,7 @@ from __future__ import annotations
 import copy
 import difflib
 import hashlib
+import itertools
 import random
 from pathlib import Path
 from typing import Any, Iterator
@@ -98,17 +99,17 @@ def _hash(key: str) -> float:
     return int(hashlib.sha256(key.encode()).hexdigest()[:8], 16) / 0x100000000
 
 
+def _bugs(fam: Family, level: int) -> list[list[int]]:
+    """The bug indices a task of `level` chooses among, one list per bug it gets: level 5 one bug
+    in each module, levels 1-4 one bug of the level's kind."""
+    if level == 5:
+        return [[i for i, b in enumerate(fam.bugs) if b.module == m] for m in ("core", "dep")]
+    return [[i for i, b in enumerate(fam.bugs) if b.kind == LEVEL_KINDS[level]]]
+
+
 def _level_sites(families: tuple[Family, ...], level: int) -> list[tuple[str, tuple[int, ...]]]:
     """Every (family, bug indices) a task of `level` can have."""
-    out = []
-    for fam in families:
-        if level == 5:
-            core = [i for i, b in enumerate(fam.bugs) if b.module == "core"]
-            dep = [i for i, b in enumerate(fam.bugs) if b.module == "dep"]
-            out += [(fam.name, (c, d)) for c in core for d in dep]
-        else:
-            out += [(fam.name, (i,)) for i, b in enumerate(fam.bugs) if b.kind == LEVEL_KINDS[level]]
-    return out
+    return [(fam.name, sites) for fam in families for sites in itertools.product(*_bugs(fam, level))]
 
 
 class RepairSource:
@@ -147,12 +148,7 @@ class RepairSource:
         rng = random.Random(f"repair/{n}")
         level = rng.choice(self.levels)
         fam = rng.choice(self.families)
-        if level == 5:
-            core_bugs = [i for i, b in enumerate(fam.bugs) if b.module == "core"]
-            dep_bugs = [i for i, b in enumerate(fam.bugs) if b.module == "dep"]
-            sites = [rng.choice(core_bugs), rng.choice(dep_bugs)]
-        else:
-            sites = [rng.choice([i for i, b in enumerate(fam.bugs) if b.kind == LEVEL_KINDS[level]])]
+        sites = [rng.choice(options) for options in _bugs(fam, level)]
         return {"level": level, "family": fam.name, "package": rng.choice(PACKAGES), "constants": fam.constants(rng),
                 "sites": sites, "rng": rng}
 
