@@ -156,22 +156,42 @@ def reference_of(env: Environment, task: Task) -> Any:
     return str(task.hidden["answer"])
 
 
-def script_of(ref: Any, where: str) -> list[str]:
-    """A reference episode as reply texts: each turn raw text or {"name": tool, "arguments": {...}}."""
+class Replies(list):
+    """A reference episode's reply texts, and the turns that are shown but not trained on
+    (`shown_only`: played in the episode, the model sees them and their observations in its
+    context, but an SFT demonstration's loss mask is 0 on them; e.g. a deliberately wrong first
+    attempt whose observation the trained turn then corrects)."""
+
+    shown_only: frozenset[int] = frozenset()
+
+
+def script_of(ref: Any, where: str) -> Replies:
+    """A reference episode as reply texts: each turn raw text or {"name": tool, "arguments": {...}},
+    a tool call optionally with "train": False (shown, not trained on: `Replies.shown_only`)."""
     from honing.rollout.show import tool_call
 
     turns = [ref] if isinstance(ref, (str, Mapping)) else list(ref)
-    out = []
+    out = Replies()
+    shown: set[int] = set()
     for i, t in enumerate(turns):
         if isinstance(t, str):
             out.append(t)
         elif isinstance(t, Mapping) and isinstance(t.get("name"), str):
             out.append(tool_call(t["name"], **dict(t.get("arguments") or {})))
+            train = t.get("train", True)
+            if not isinstance(train, bool):
+                raise HoningError(f"{where}: turn {i} of the reference episode: 'train' must be true or false, "
+                                  f"got {train!r}")
+            if not train:
+                shown.add(i)
         else:
             raise HoningError(f"{where}: turn {i} of the reference episode must be text or "
                               f"{{'name': tool, 'arguments': {{...}}}}, got {type(t).__name__}")
     if not out:
         raise HoningError(f"{where}: the reference episode has no turns")
+    if len(shown) == len(out):
+        raise HoningError(f"{where}: every turn of the reference episode is marked train: false")
+    out.shown_only = frozenset(shown)
     return out
 
 

@@ -287,3 +287,145 @@ def test_sandbox_doctor_lists_the_cad_profile_and_says_when_it_is_missing(tmp_pa
     rows = {line.split()[1]: line for line in proc.stdout.splitlines() if line.startswith("profile ")}
     assert set(rows) == {"shell", "python", "cad"} and " ok " in rows["python"]
     assert " missing " in rows["cad"] and "make setup-cad" in rows["cad"]
+
+
+# --- the build tool's stated-feature checks (features.py) ------------------------------------------
+def _plate_inside(feats: list[dict], bbox: dict, radius: dict[int, float], shift: dict[int, float]) -> Any:
+    """An analytic plate with through holes (a naive reference solid): hole i has `radius[i]` (0: no
+    hole) and is moved `shift[i]` mm along +X from where the prompt puts it."""
+    (x0, y0, z0), (x1, y1, z1) = bbox["bbox_min"], bbox["bbox_max"]
+    holes = [(f["c"][0] + shift.get(i, 0.0), f["c"][1], radius.get(i, f["d"] / 2))
+             for i, f in enumerate(feats) if f["kind"] == "hole"]
+
+    def inside(p: list[float]) -> bool:
+        x, y, z = p
+        if not (x0 <= x <= x1 and y0 <= y <= y1 and z0 <= z <= z1):
+            return False
+        return all((x - hx) ** 2 + (y - hy) ** 2 >= r * r for hx, hy, r in holes)
+
+    return inside
+
+
+def test_stated_feature_probes_pass_within_tolerance_and_name_what_differs() -> None:
+    from honing_env_cad.features import probes, report
+
+    t = next(make_tasks("train", 4, families=["plate"], levels=[2], styles=["exact"]))
+    req = t["metadata"]["requirements"]
+    feats, tol = req["features"], req["tolerance_mm"]
+    holes = [i for i, f in enumerate(feats) if f["kind"] == "hole"]
+    assert len(holes) == t["hidden"]["spec"]["holes"] >= 4
+    checks = probes(feats, tol)
+
+    def answer(radius: dict[int, float] | None = None, shift: dict[int, float] | None = None) -> tuple[list[str], int]:
+        inside = _plate_inside(feats, req, radius or {}, shift or {})
+        return report(feats, checks, [inside(p) for _, p, _, _ in checks])
+
+    r0 = feats[holes[0]]["d"] / 2
+    assert answer() == ([], 0)
+    assert answer({i: feats[i]["d"] / 2 + (0.9 * tol if i % 2 else -0.9 * tol) for i in holes}) == ([], 0)
+    assert answer(shift={holes[1]: 0.9 * tol}) == ([], 0)
+    lines, n = answer({holes[0]: 0.0})
+    assert n == 1 and lines == [f"{feats[holes[0]]['label']}: no hole at its stated position"]
+    assert answer({holes[0]: r0 + 0.5})[0] == [f"{feats[holes[0]]['label']}: wider than stated, or off its stated axis"]
+    assert "narrower" in answer({holes[-1]: r0 - 0.5})[0][0] and answer({holes[-1]: r0 - 0.5})[1] == 1
+    assert answer(shift={holes[2]: 1.0})[1] == 1
+    assert answer({i: 0.0 for i in holes})[1] == len(holes)
+    with pytest.raises(ValueError, match="probe answers"):
+        report(feats, checks, [True])
+
+
+def test_stated_features_are_what_the_prompt_states_never_the_hidden_program() -> None:
+    from honing_env_cad.features import probes
+
+    for fam, level in itertools.product(FAMILIES, (1, 2, 3)):
+        for t in itertools.islice(make_tasks("train", 1, families=[fam], levels=[level]), 6):
+            feats = t["metadata"]["requirements"]["features"]
+            assert feats and probes(feats, 0.1), (fam, level)
+            for f in feats:  # a stated diameter appears in the prompt as written there
+                assert "mm)" not in f["label"] or f["label"].split("diameter ")[1].split(" mm")[0] in \
+                    t["prompt"][1]["content"], (f["label"], t["prompt"][1]["content"])
+            blob = str(feats)
+            assert "result" not in blob and "Cylinder(" not in blob and "volume" not in blob
+
+
+def _inspect(cad: grader.CadBoxes, program: str, t: Any) -> tuple[str, bool]:
+    from honing_env_cad.env import inspect_part
+
+    b = cad.build(program)
+    assert b.built and b.brep is not None, b.error
+    m, text, ok = inspect_part(cad, b.brep, t)
+    assert not m.infra and m.inside is not None, (m.infra, m.notes)
+    return text, ok
+
+
+@needs_box
+@pytest.mark.parametrize("family, level, style", [
+    ("plate", 3, "intent"), ("bracket", 3, "exact"), ("bracket", 2, "intent"), ("flange", 3, "intent"),
+    ("shaft", 3, "exact"), ("shaft", 2, "intent"), ("enclosure", 3, "exact"), ("enclosure", 2, "intent")])
+def test_build_report_the_reference_meets_every_stated_feature(cad: grader.CadBoxes, family: str, level: int,
+                                                                style: str) -> None:
+    t = task(family, level, style, seed=11)
+    text, ok = _inspect(cad, t.hidden["program"], t)
+    assert ok and "stated features: all" in text and "differ" not in text, text
+
+
+@needs_box
+@pytest.mark.parametrize("family, level, mutation, needle", [
+    ("plate", 2, "wrong_hole_count", "no hole at its stated position"), ("flange", 3, "wrong_hole_count", "bolt hole"),
+    ("bracket", 3, "missing_feature", "hole 1 of"), ("shaft", 3, "missing_feature", "hole"),
+    ("enclosure", 2, "missing_feature", "boss")])
+def test_build_report_names_the_stated_feature_a_wrong_program_misses(cad: grader.CadBoxes, family: str, level: int,
+                                                                      mutation: str, needle: str) -> None:
+    t = task(family, level, seed=11)
+    bad = MUTATIONS[mutation][0](t.hidden["program"])
+    assert bad is not None
+    text, ok = _inspect(cad, bad, t)
+    assert not ok and "stated features that differ (" in text and needle in text.split("differ")[-1], text
+    assert "overall size and placement match" in text  # the outline is right: only the probes see it
+
+
+@needs_box
+def test_correction_demo_trains_on_the_fix_not_on_the_wrong_first_build(cad: grader.CadBoxes) -> None:
+    """A correction episode (source param correction_demos): the wrong program is built and its report
+    is in the demonstration's context, but the loss is only on the turns after it (the reference
+    build and submit), and the demonstration still passes its verifier."""
+    from honing.config import RunConfig
+    from honing.models import load_tokenizer
+    from honing.schedule.setup import build_tasks
+    from honing.train.demos import from_reference
+
+    cfg = RunConfig.model_validate({"model": {"name": "tiny-random"}, "eval": {"heldout_tasks": 2},
+                                    "tasks": {"sources": [{"name": "env:cad", "params": {
+                                        "families": ["plate"], "levels": [1], "correction_demos": 1.0}}]}})
+    setup = build_tasks(cfg)
+    tok = load_tokenizer("smollm2-135m-instruct")
+    try:
+        t = next(setup.sources[0].tasks("train", 0))
+        assert t.metadata["demo"] == "correction"
+        demo = from_reference(setup, tok, [t], "{answer}", 1 << 14, 0)[0]
+        assert demo.status == "kept" and demo.passed and demo.turns == 3, demo.reason
+        text = tok.decode(demo.completion_ids)
+        assert "stated features that differ" in text and text.count('"name": "build"') == 2, text[:3000]
+        trained = tok.decode([c for c, m in zip(demo.completion_ids, demo.loss_mask) if m])
+        wrong, right = (x["arguments"]["code"] for x in ENV.reference(t)[:2])
+        assert right == t.hidden["program"] and wrong != right
+        assert json_code(right) in trained and json_code(wrong) not in trained and '"submit"' in trained
+        assert 0 < sum(demo.loss_mask) < len(demo.loss_mask)
+    finally:
+        setup.sandbox.close()
+
+
+def json_code(program: str) -> str:
+    import json
+
+    return json.dumps(program)[1:-1]
+
+
+def test_correction_demos_leave_the_tasks_unchanged_and_bad_fractions_fail() -> None:
+    plain = list(itertools.islice(make_tasks("train", 0), 30))
+    marked = list(itertools.islice(make_tasks("train", 0, correction_demos=0.5), 30))
+    assert [t["prompt"] for t in plain] == [t["prompt"] for t in marked]
+    assert 5 < sum(t["metadata"].get("demo") == "correction" for t in marked) < 25
+    assert not any("demo" in t["metadata"] for t in plain)
+    with pytest.raises(TaskError, match="correction_demos"):
+        make_tasks("train", 0, correction_demos=2)

@@ -248,3 +248,32 @@ def test_demonstration_tasks_are_not_the_rl_stream(source: dict, n_rl: int) -> N
     finally:
         if setup.sandbox is not None:
             setup.sandbox.close()
+
+
+def test_shown_only_turns_carry_no_loss_and_bad_flags_are_named() -> None:
+    """envcheck.script_of reads "train": false on a reference turn; demos.mask_turns zeroes exactly that
+    turn's action tokens (observations are 0 already) and refuses a layout it cannot line up."""
+    from honing.envcheck import script_of
+    from honing.errors import HoningError
+    from honing.rollout.types import Trajectory, Turn
+    from honing.train.demos import mask_turns
+
+    r = script_of([{"name": "build", "arguments": {"code": "x"}, "train": False}, {"name": "submit", "arguments": {}}],
+                  "task t")
+    assert len(r) == 2 and r.shown_only == {0} and script_of(["a", "b"], "t").shown_only == frozenset()
+    with pytest.raises(HoningError, match="'train' must be true or false"):
+        script_of([{"name": "submit", "train": "no"}], "task t")
+    with pytest.raises(HoningError, match="every turn"):
+        script_of([{"name": "submit", "train": False}], "task t")
+
+    turns = (Turn(0, (1, 2, 3), (0.0,) * 3, "a", (9, 9), "obs"), Turn(1, (4, 5), (0.0,) * 2, "b", (9,), "obs"),
+             Turn(2, (6,), (0.0,), "c", (), ""))
+    comp = (1, 2, 3, 9, 9, 4, 5, 9, 6)
+    mask = (1, 1, 1, 0, 0, 1, 1, 0, 1)
+    t = Trajectory("t", "d", (7,), comp, (0.0,) * 9, "", "stop", 0, loss_mask=mask, turns=turns)
+    assert mask_turns(t, set()).loss_mask == mask
+    assert mask_turns(t, {0}).loss_mask == (0, 0, 0, 0, 0, 1, 1, 0, 1)
+    assert mask_turns(t, {1, 2}).loss_mask == (0,) * 9
+    bad = Trajectory("t", "d", (7,), comp + (1,), (0.0,) * 10, "", "stop", 0, turns=turns)
+    with pytest.raises(HoningError, match="cover 9 of 10"):
+        mask_turns(bad, {0})

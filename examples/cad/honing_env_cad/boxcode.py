@@ -17,8 +17,9 @@ only ever parsed again as data, in another box.
 MEASURE (a box with no candidate code). Loads the candidate's BREP, builds the reference from its
 program (or loads the cached reference BREP), and measures both: solids, is_valid, exact bounding
 box, volume, area, face/edge/cylindrical-face counts, and IoU by OCCT booleans,
-vol(a & b) / (vol(a) + vol(b) - vol(a & b)) (= vol(a & b) / vol(a | b) for solids). Optionally a
-hidden-line SVG from a fixed isometric view. The reference never enters the candidate's box.
+vol(a & b) / (vol(a) + vol(b) - vol(a & b)) (= vol(a & b) / vol(a | b) for solids). Optionally
+whether each of a list of probe points is inside the candidate (the build tool's stated-feature
+checks, features.py) and a hidden-line SVG from a fixed isometric view. The reference never enters the candidate's box.
 """
 
 BUILD_SRC = r'''
@@ -226,6 +227,11 @@ if ref is not None:
         except Exception as e:
             out["iou"] = None
             out["iou_error"] = "%s: %s" % (type(e).__name__, str(e)[:200])
+if SPEC.get("probes"):
+    try:
+        out["inside"] = [bool(cand.is_inside(tuple(float(x) for x in p))) for p in SPEC["probes"]]
+    except Exception as e:
+        out["probe_error"] = "%s: %s" % (type(e).__name__, str(e)[:200])
 if SPEC.get("render"):
     try:
         vis, hid = cand.project_to_viewport((150, -200, 120), viewport_up=(0, 0, 1))

@@ -5,7 +5,8 @@ Tools (one call per reply, honing's <tool_call> format):
 - build(code): writes the script to `part.py` in the episode's workspace and runs it in a `cad`
   box; the observation is the error (the script's traceback tail) or a geometry report (bbox,
   size, volume, area, face/edge counts, validity) plus the differences from what the prompt itself
-  states (overall bounding box and placement), never from the hidden reference;
+  states (overall bounding box and placement; each stated hole, boss, section, face, fillet and
+  chamfer, probed at points around it: features.py), never from the hidden reference;
 - render(): a hidden-line SVG of the last built part from a fixed isometric view, written to
   `render.svg` in the workspace, described in text;
 - submit(): honing's built-in; ends the episode; the verifier grades the workspace's `part.py`
@@ -17,6 +18,7 @@ the tools run on the host and touch the episode's workspace only through its ses
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 from honing.rollout.env import ToolEnvironment
@@ -24,18 +26,23 @@ from honing.rollout.tools import Tool, ToolContext, ToolResult, get_tools
 from honing.verify.code import extract_program
 from honing.verify.types import Verdict, VerifyContext
 
+from honing_env_cad.features import probes
+from honing_env_cad.features import report as feature_report
 from honing_env_cad.grader import SCRIPT, Measurement, boxes, grade_script
+from honing_env_cad.mutate import MUTATIONS
 
 INSTRUCTIONS = (
     "Tools: build(code) runs your build123d script (it must assign the part to `result`) and reports the "
-    "part's geometry and how it differs from the stated size; render() draws the last built part to "
+    "part's geometry and how it differs from the stated size and features; render() draws the last built part to "
     "render.svg; submit() ends the task and grades the last built script. One call per reply, e.g.\n"
     '<tool_call>{"name": "build", "arguments": {"code": "from build123d import *\\nresult = Box(10, 10, 10)"}}'
     "</tool_call>")
 
 
-def geometry_report(m: Measurement, requirements: dict[str, Any] | None) -> tuple[str, bool]:
-    """The build tool's observation for a built part, and whether it meets the stated requirements."""
+def geometry_report(m: Measurement, requirements: dict[str, Any] | None,
+                    checks: list[tuple[int, list[float], bool, str]] | None = None) -> tuple[str, bool]:
+    """The build tool's observation for a built part, and whether it meets the stated requirements
+    (`checks`: the stated features' probes, answered in `m.inside`)."""
     c = m.cand
     lo, hi = c.get("bbox_min", [0, 0, 0]), c.get("bbox_max", [0, 0, 0])
     size = [b - a for a, b in zip(lo, hi)]
@@ -56,8 +63,32 @@ def geometry_report(m: Measurement, requirements: dict[str, Any] | None) -> tupl
             ok = False
             lines.append("differences from the stated size and placement:\n  " + "\n  ".join(diffs))
         else:
-            lines.append("overall size and placement match the stated requirements (check the features yourself)")
+            lines.append("overall size and placement match the stated requirements")
+        feats = requirements.get("features") or []
+        if feats and checks:
+            checked = len({i for i, _, _, _ in checks})
+            if m.inside is None:
+                lines.append(f"stated features: not checked ({'; '.join(m.notes) or 'no probe answers'})")
+            else:
+                bad, n_bad = feature_report(feats, checks, m.inside)
+                if n_bad:
+                    ok = False
+                    lines.append(f"stated features that differ ({n_bad} of {checked} checked):\n  " + "\n  ".join(bad))
+                else:
+                    lines.append(f"stated features: all {checked} checked are as stated")
     return "\n".join(lines), ok
+
+
+def inspect_part(runner: Any, brep: bytes, task: Any) -> tuple[Measurement, str, bool]:
+    """Measure a built part (BREP) against what `task`'s prompt states: (the measurement, the
+    geometry report, whether it meets the stated requirements). Text is "" on an infra or part error."""
+    req = (task.metadata or {}).get("requirements") if task is not None else None
+    checks = probes(req.get("features") or [], float(req.get("tolerance_mm", 0.1))) if req else []
+    m = runner.measure(brep, probes=[p for _, p, _, _ in checks] or None)
+    if m.infra or m.cand_error:
+        return m, "", False
+    text, ok = geometry_report(m, req, checks)
+    return m, text, ok
 
 
 def build(ctx: ToolContext, code: str) -> ToolResult:
@@ -72,12 +103,11 @@ def build(ctx: ToolContext, code: str) -> ToolResult:
     tail = f"\n--- output ---\n{out[-1500:]}" if out else ""
     if not b.built or b.brep is None:
         return ToolResult(f"build failed ({b.stage}): {b.error}{tail}", ok=False, kind="test")
-    m = runner.measure(b.brep)
+    m, text, ok = inspect_part(runner, b.brep, ctx.task)
     if m.infra:
         return ToolResult(f"error: build: the cad sandbox failed: {m.infra}", ok=False, infra_error=m.infra)
     if m.cand_error:
         return ToolResult(f"build failed: {m.cand_error}{tail}", ok=False, kind="test")
-    text, ok = geometry_report(m, (ctx.task.metadata or {}).get("requirements") if ctx.task is not None else None)
     return ToolResult(text + tail, ok=ok, kind="test")
 
 
@@ -134,8 +164,19 @@ class CadVerifier:
 
 
 def reference_episode(task: Any) -> Any:
-    """The reference program: built once, then submitted (multi-turn), or as one python block."""
+    """The reference program: built once, then submitted (multi-turn), or as one python block.
+
+    A task marked `metadata.demo == "correction"` (the source's `correction_demos`) gets a correction
+    episode instead: a deliberately wrong program (mutate.py: a wrong size, a missing feature, a hole
+    too few) is built first, shown but not trained on ("train": False: SFT's loss mask is 0 on it),
+    and the trained turns are what follows its build report: the reference program, built, submitted."""
     program = task.hidden["program"]
     if not task.environment:
         return "```python\n" + program + "```"
-    return [{"name": "build", "arguments": {"code": program}}, {"name": "submit", "arguments": {}}]
+    episode = [{"name": "build", "arguments": {"code": program}}, {"name": "submit", "arguments": {}}]
+    if (task.metadata or {}).get("demo") == "correction":
+        wrong = [w for w in (fn(program) for fn, _ in MUTATIONS.values()) if w and w != program]
+        if wrong:
+            pick = int(hashlib.sha256(str(task.id).encode()).hexdigest()[:8], 16) % len(wrong)
+            episode.insert(0, {"name": "build", "arguments": {"code": wrong[pick]}, "train": False})
+    return episode

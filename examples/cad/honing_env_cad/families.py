@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from itertools import product
 from typing import Any, Callable
 
+from honing_env_cad.features import corner, face, hole, point, round_
+
 LEVELS = (1, 2, 3)
 STYLES = ("exact", "intent")
 HEAD = "from build123d import *\n"
@@ -37,6 +39,7 @@ class Part:
     bbox_min: tuple[float, float, float]
     bbox_max: tuple[float, float, float]
     params: dict[str, Any] = field(default_factory=dict)
+    features: list[dict[str, Any]] = field(default_factory=list)  # what the prompt states (features.py)
 
 
 def f(x: float) -> str:
@@ -119,8 +122,12 @@ def plate(rng: random.Random, level: int, s: tuple, style: str) -> Part:
                      f"bolt circle concentric with the plate, the first hole {rot}.")
     if fil:
         desc += f" Round the four vertical corner edges with radius {f(r)} mm."
+    feats = [hole(f"hole {i + 1} of {n} (diameter {f(d)} mm)", (x, y, T / 2), d) for i, (x, y) in enumerate(holes)]
+    if fil:
+        feats += [corner("rounded vertical corner", (sx * L / 2, sy * W / 2, T / 2), (-sx, -sy, 0), r)
+                  for sx, sy in ((1, 1), (-1, 1), (-1, -1), (1, -1))]
     return Part("plate", level, s, style, desc, "".join(lines), (-L / 2, -W / 2, 0.0), (L / 2, W / 2, T),
-                {"holes": n})
+                {"holes": n}, feats)
 
 
 # --- L-bracket -------------------------------------------------------------------------------------
@@ -196,8 +203,19 @@ def bracket(rng: random.Random, level: int, s: tuple, style: str) -> Part:
                 "a quarter of the width from each side")
             desc += (f" The upright has {nu} horizontal {f(d)} mm through hole{'s' if nu > 1 else ''} {where}, centred "
                      f"in height between {start} and the upright's top.")
+    # 1 mm from the leg's free end and its -Y side: clear of the holes (centred between the toe and
+    # the end, at y = 0 or +-Wd/4) and of the gussets and the fillet (at the inside corner)
+    feats = [face("base leg's top face", (A - 1, -Wd / 2 + 1, t), (0, 0, 1)),
+             face("upright leg's inside face", (t, -Wd / 2 + 1, H - 1), (1, 0, 0))]
+    feats += [hole(f"base hole {i + 1} of {nb} (diameter {f(d)} mm)", (xb, y, t / 2), d) for i, y in enumerate(ys[nb])]
+    feats += [hole(f"upright hole {i + 1} of {nu} (diameter {f(d)} mm)", (t / 2, y, zu), d, "x")
+              for i, y in enumerate(ys[nu])]
+    if fil:  # the fillet adds material in the inside corner, away from any gusset
+        yf = Wd / 4 if ng == 1 else 0.0
+        feats.append(point("inside-corner fillet", (t + 0.15 * r, yf, t + 0.15 * r)))
+    feats += [point(f"gusset {i + 1} of {ng}", (t + G / 3, y, t + G / 3)) for i, y in enumerate(gys)]
     return Part("bracket", level, s, style, desc, "".join(lines), (0.0, -Wd / 2, 0.0), (A, Wd / 2, H),
-                {"holes": len(ys[nb]) + len(ys[nu])})
+                {"holes": len(ys[nb]) + len(ys[nu])}, feats)
 
 
 # --- flange with a bolt circle ---------------------------------------------------------------------
@@ -247,8 +265,22 @@ def flange(rng: random.Random, level: int, s: tuple, style: str) -> Part:
         desc += (f" It is bored through at {f(b)} mm for the pipe and bolts on with {n} x {f(d)} mm holes on a "
                  f"{f(P)} mm bolt circle, " + ("one hole on the +X axis." if not rot else
                                                f"the holes rotated half a pitch ({f(a0)} degrees) off the +X axis."))
+    am = math.radians(a0 + 180.0 / n)  # between two bolt holes, halfway from the pitch circle to the rim
+    rm = (P / 2 + D / 2) / 2
+    feats = [face("disc's top face", (rm * math.cos(am), rm * math.sin(am), T), (0, 0, 1)),
+             hole(f"central bore (diameter {f(b)} mm)", (0, 0, (T + Hh) / 2), b)]
+    feats += [hole(f"bolt hole {i + 1} of {n} (diameter {f(d)} mm)",
+                   (P / 2 * math.cos(math.radians(a0 + 360.0 * i / n)), P / 2 * math.sin(math.radians(a0 + 360.0 * i / n)),
+                    T / 2), d) for i in range(n)]
+    if hub:
+        rh = (b / 2 + Dh / 2) / 2
+        feats += [round_(f"hub (diameter {f(Dh)} mm)", (0, 0, T + Hh / 2), Dh),
+                  face("hub's top face", (rh * math.cos(am), rh * math.sin(am), T + Hh), (0, 0, 1))]
+    if ch:
+        feats.append(corner("top outer edge chamfer", (D / 2 * math.cos(am), D / 2 * math.sin(am), T),
+                            (-math.cos(am), -math.sin(am), -1), c))
     return Part("flange", level, s, style, desc, "".join(lines), (-D / 2, -D / 2, 0.0), (D / 2, D / 2, T + Hh),
-                {"holes": n})
+                {"holes": n}, feats)
 
 
 # --- stepped shaft ---------------------------------------------------------------------------------
@@ -308,7 +340,21 @@ def shaft(rng: random.Random, level: int, s: tuple, style: str) -> Part:
         elif feat == "cross":
             desc += f" A {f(dc)} mm pin hole crosses the bottom section along X at half its length."
     R = ds[0] / 2
-    return Part("shaft", level, s, style, desc, "".join(lines), (-R, -R, 0.0), (R, R, Ltot), {"steps": n})
+    feats, z0 = [], 0.0
+    for i, (di, li) in enumerate(zip(ds, ls)):  # a quarter up each section: clear of chamfers and the cross hole
+        feats.append(round_(f"section {i + 1} of {n} (diameter {f(di)} mm)", (0, 0, z0 + li / 4), di))
+        if i + 1 < n:
+            feats.append(face(f"step from section {i + 1} to {i + 2}", ((di + ds[i + 1]) / 4, 0, z0 + li), (0, 0, 1)))
+        z0 += li
+    if ch:
+        feats += [corner("bottom end chamfer", (R, 0, 0), (-1, 0, 1), c),
+                  corner("top end chamfer", (ds[-1] / 2, 0, Ltot), (-1, 0, -1), c)]
+    if feat == "bore":
+        feats += [hole(f"axial hole (diameter {f(db)} mm)", (0, 0, Ltot - hb / 2), db),
+                  face("axial hole's bottom", (0, 0, Ltot - hb), (0, 0, 1))]
+    elif feat == "cross":
+        feats.append(hole(f"cross hole (diameter {f(dc)} mm)", (0, 0, zc), dc, "x"))
+    return Part("shaft", level, s, style, desc, "".join(lines), (-R, -R, 0.0), (R, R, Ltot), {"steps": n}, feats)
 
 
 # --- open-top enclosure ------------------------------------------------------------------------------
@@ -369,8 +415,25 @@ def enclosure(rng: random.Random, level: int, s: tuple, style: str) -> Part:
                      f"faces of their corner, "
                      f"rising from the floor to {f(H - tf - hb)} mm below the rim")
             desc += f", each with a {f(dh)} mm hole down its axis stopping 2 mm above the floor." if holes else "."
+    zm = (tf + H) / 2
+    feats = [face("floor's top face", (0, 0, tf), (0, 0, 1)),
+             face("+X wall's inside face", (L / 2 - t, 0, zm), (-1, 0, 0)),
+             face("-X wall's inside face", (-L / 2 + t, 0, zm), (1, 0, 0)),
+             face("+Y wall's inside face", (0, W / 2 - t, zm), (0, -1, 0)),
+             face("-Y wall's inside face", (0, -W / 2 + t, zm), (0, 1, 0))]
+    for i, (x, y) in enumerate(pts):
+        u = (-x / math.hypot(x, y), -y / math.hypot(x, y), 0.0)  # toward the middle of the box: empty
+        rt = (Db / 2 + dh / 2) / 2 if holes else Db / 4
+        feats += [round_(f"boss {i + 1} of {nb} (diameter {f(Db)} mm)", (x, y, tf + hb / 2), Db, out=u),
+                  face(f"boss {i + 1}'s top face", (x + rt * u[0], y + rt * u[1], tf + hb), (0, 0, 1))]
+        if holes:
+            feats += [hole(f"boss {i + 1}'s hole (diameter {f(dh)} mm)", (x, y, tf + hb - hd / 2), dh),
+                      face(f"boss {i + 1}'s hole bottom", (x, y, tf + hb - hd), (0, 0, 1))]
+    if fil:
+        feats += [corner("rounded outer corner", (sx * L / 2, sy * W / 2, zm), (-sx, -sy, 0), r)
+                  for sx, sy in ((1, 1), (-1, 1), (-1, -1), (1, -1))]
     return Part("enclosure", level, s, style, desc, "".join(lines), (-L / 2, -W / 2, 0.0), (L / 2, W / 2, H),
-                {"bosses": nb})
+                {"bosses": nb}, feats)
 
 
 FAMILIES: dict[str, tuple[Callable[[int], list[tuple]], Callable[..., Part]]] = {

@@ -70,6 +70,7 @@ class Measurement:
     notes: list[str] = field(default_factory=list)
     svg: str | None = None
     render: dict[str, Any] | None = None
+    inside: list[bool] | None = None  # per probe point (measure(probes=...)): inside the candidate
     infra: str | None = None
     cand_error: str | None = None
 
@@ -151,7 +152,7 @@ class CadBoxes:
         return out
 
     def measure(self, brep: bytes, ref_program: str | None = None, render: bool = False,
-                timeout_s: float = 30.0) -> Measurement:
+                timeout_s: float = 30.0, probes: list[list[float]] | None = None) -> Measurement:
         nonce = secrets.token_hex(16)
         files: dict[str, bytes | str] = {".grader/cand.brepz": brep, ".grader/nonce": nonce}
         key = hashlib.sha256(ref_program.encode()).hexdigest() if ref_program else ""
@@ -163,7 +164,7 @@ class CadBoxes:
                 files[".grader/ref.brepz"], ref_mode = cached, "brep"
             else:
                 files[".grader/ref.py"], ref_mode = ref_program, "program"
-        files[".grader/spec.json"] = json.dumps({"ref": ref_mode, "render": render})
+        files[".grader/spec.json"] = json.dumps({"ref": ref_mode, "render": render, "probes": probes or []})
         try:
             res = self._run(MEASURE_SRC, files, timeout_s)
         except SandboxError as e:
@@ -184,9 +185,12 @@ class CadBoxes:
                 self._refs[key] = base64.b64decode(rep["ref_brep"])
                 while len(self._refs) > 512:
                     self._refs.popitem(last=False)
+        inside = rep.get("inside")
+        if probes and (not isinstance(inside, list) or len(inside) != len(probes)):
+            inside = None
         m = Measurement(cand=rep.get("cand") or {}, ref=rep.get("ref"), iou=rep.get("iou"), svg=rep.get("svg"),
-                        render=rep.get("render"))
-        for k in ("iou_error", "render_error"):
+                        render=rep.get("render"), inside=[bool(x) for x in inside] if inside else None)
+        for k in ("iou_error", "render_error", "probe_error"):
             if rep.get(k):
                 m.notes.append(f"{k}: {rep[k]}")
         return m

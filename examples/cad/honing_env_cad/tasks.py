@@ -7,7 +7,9 @@ either prompt style, with any dimensions.
 
 Params: families (list, default all), levels (default 1..3), styles ("exact", "intent"),
 multi_turn (default True: build/render/submit tools; False: one reply with a ```python block),
-tolerance_mm (stated in the prompt; default 0.1), max_turns (default 6).
+tolerance_mm (stated in the prompt; default 0.1), max_turns (default 6), correction_demos (default 0:
+the fraction of tasks whose reference episode, an SFT demonstration, first builds a deliberately
+wrong program, shown but not trained on, then corrects it from the build report; env.py).
 """
 
 from __future__ import annotations
@@ -59,27 +61,35 @@ def _check(families: Sequence[str], levels: Sequence[int], styles: Sequence[str]
 
 def make_tasks(split: str, seed: int, families: Sequence[str] = tuple(FAMILIES), levels: Sequence[int] = LEVELS,
                styles: Sequence[str] = STYLES, multi_turn: bool = True, tolerance_mm: float = 0.1,
-               max_turns: int = 6) -> Iterator[dict[str, Any]]:
+               max_turns: int = 6, correction_demos: float = 0.0) -> Iterator[dict[str, Any]]:
     """Task dicts of `split`, forever, deterministic for `seed`. Bad params fail here, on the call."""
     families, levels, styles = [str(f) for f in families], [int(x) for x in levels], [str(s) for s in styles]
     _check(families, levels, styles, tolerance_mm)
+    if not 0.0 <= float(correction_demos) <= 1.0:
+        raise TaskError(f"cad: correction_demos must be a fraction in [0, 1], got {correction_demos}")
     if split not in ("train", "heldout"):
         raise TaskError(f"cad: unknown split {split!r}")
     cells = [(f, lv) for f in families for lv in levels if split_structures(f, lv)[split]]
     if not cells:
         raise TaskError(f"cad: no {split} structures for families {families} at levels {levels}")
-    return _generate(split, seed, cells, styles, multi_turn, float(tolerance_mm), int(max_turns))
+    return _generate(split, seed, cells, styles, multi_turn, float(tolerance_mm), int(max_turns),
+                     float(correction_demos))
 
 
 def _generate(split: str, seed: int, cells: list[tuple[str, int]], styles: list[str], multi_turn: bool,
-              tol: float, max_turns: int) -> Iterator[dict[str, Any]]:
+              tol: float, max_turns: int, correction_demos: float = 0.0) -> Iterator[dict[str, Any]]:
     rng = random.Random(f"cad/{split}/{seed}")
     for i in itertools.count():
         family, level = rng.choice(cells)
         structure = rng.choice(split_structures(family, level)[split])
         style = rng.choice(styles)
         part = FAMILIES[family][1](random.Random(rng.getrandbits(64)), level, structure, style)
-        yield task_of(part, f"cad/{split}/{seed}/{i}", multi_turn, tol, max_turns)
+        task = task_of(part, f"cad/{split}/{seed}/{i}", multi_turn, tol, max_turns)
+        # drawn from the id (not the stream's rng): the tasks are the same whatever the fraction
+        u = int(hashlib.sha256(f"correction/{task['id']}".encode()).hexdigest()[:8], 16) / 16**8
+        if multi_turn and u < correction_demos:
+            task["metadata"]["demo"] = "correction"
+        yield task
 
 
 def task_of(part: Any, task_id: str, multi_turn: bool, tol: float, max_turns: int) -> dict[str, Any]:
@@ -102,7 +112,7 @@ def task_of(part: Any, task_id: str, multi_turn: bool, tol: float, max_turns: in
                      "structure": list(part.structure), "structure_key": structure_key(part.family, part.level,
                                                                                        part.structure),
                      # what the prompt itself states (the build tool compares against this, never the hidden spec)
-                     "requirements": {**bbox, "tolerance_mm": tol}},
+                     "requirements": {**bbox, "tolerance_mm": tol, "features": part.features}},
     }
     if multi_turn:
         task["environment"] = {"kind": "env:cad", "tools": list(TOOL_NAMES), "max_turns": max_turns}

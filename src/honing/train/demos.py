@@ -160,7 +160,28 @@ def from_reference(setup: Any, tok: Any, tasks: Sequence[Any], template: str, ma
                           f"solution; first: {missing[0].reason if missing else '-'}")
     sub = [tasks[i] for i in have]
     trajs = grade(setup, sub, _replay(setup, tok, sub, [scripts[i] for i in have], max_new_tokens, seed))
+    for tr in trajs:
+        mask_turns(tr, getattr(scripts[have[tr.group]], "shown_only", ()))
     return [Demonstration.from_trajectory(tr, "reference", sub[tr.group].question) for tr in trajs] + missing
+
+
+def mask_turns(t: Trajectory, turns: Any) -> Trajectory:
+    """Zero `t`'s loss mask on the action tokens of the assistant turns numbered in `turns` (0-based):
+    a reference episode's shown-only turns (envcheck.Replies). The observations are 0 already."""
+    turns = set(turns or ())
+    if not turns:
+        return t
+    mask, pos = list(t.loss_mask), 0
+    if t.truncations or len(mask) != len(t.completion_ids):
+        raise HoningError(f"task {t.task_id}: cannot mask shown-only turns of a trajectory whose context was cut")
+    for k, turn in enumerate(t.turns):
+        if k in turns:
+            mask[pos:pos + len(turn.action_ids)] = [0] * len(turn.action_ids)
+        pos += len(turn.action_ids) + len(turn.observation_ids)
+    if pos != len(mask):
+        raise HoningError(f"task {t.task_id}: its turns cover {pos} of {len(mask)} completion tokens")
+    t.loss_mask = tuple(mask)
+    return t
 
 
 def from_policy(setup: Any, tok: Any, engine: Any, tasks: Sequence[Any], source: str, samples: int,
