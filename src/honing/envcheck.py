@@ -11,7 +11,8 @@
   also in the real first observation and the real workspace after the environment's `reset`;
 - reference: the reference solution of `n` tasks per split scores 1 (`Environment.reference`,
   else the hidden answer); multi-turn tasks play a scripted reference episode through the real
-  agent loop in the real sandbox, and each of its tool calls must succeed;
+  agent loop in the real sandbox, and each of its tool calls must succeed (but those marked
+  "train": false, shown-only turns such as a deliberate mistake that a later turn corrects);
 - junk: a junk answer scores 0 (single-turn: "" and "I don't know"; multi-turn: an episode that
   says "I don't know" and then only submits);
 - suite: the package's eval suite (if any) loads and yields tasks.
@@ -381,7 +382,8 @@ def check_environment(name_or_env: str | Environment, n: int = 8, *, model: str 
             verdicts = [grade(it.task, it.trajectory, ctx) for it in refs + junks]
             for it, v in zip(refs, verdicts[: len(refs)]):
                 turns = it.trajectory.turns[: len(it.script)]
-                bad = [k for k, turn in enumerate(turns) if turn.parse_error or not turn.ok]
+                shown = getattr(it.script, "shown_only", frozenset())  # deliberately wrong turns may fail
+                bad = [k for k, turn in enumerate(turns) if k not in shown and (turn.parse_error or not turn.ok)]
                 if v.infra_error or v.score < 1.0:
                     ref_fail.append(_score_line(it.task, v) + f", stop {it.trajectory.stop_reason}")
                 elif bad:

@@ -429,3 +429,18 @@ def test_correction_demos_leave_the_tasks_unchanged_and_bad_fractions_fail() -> 
     assert not any("demo" in t["metadata"] for t in plain)
     with pytest.raises(TaskError, match="correction_demos"):
         make_tasks("train", 0, correction_demos=2)
+
+
+@needs_box
+def test_honing_self_test_accepts_correction_episodes(cad: grader.CadBoxes) -> None:
+    """`honing env check` with every reference a correction episode: the wrong first build fails (it
+    is shown-only), the episode still scores 1, and the check passes."""
+    from dataclasses import replace
+
+    from honing.envcheck import check_environment
+
+    def tasks(split: str, seed: int, **params: Any) -> Any:
+        return make_tasks(split, seed, **{**params, "families": ["flange"], "correction_demos": 1.0})
+
+    report = check_environment(replace(ENV, tasks=tasks), n=1)
+    assert report.ok, report.table()
