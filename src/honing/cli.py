@@ -16,9 +16,13 @@ from honing.errors import HoningError
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, help="honing: RL post-training for language models.")
 tasks_app = typer.Typer(help="Look at task domains and sources.")
 app.add_typer(tasks_app, name="tasks")
-sandbox_app = typer.Typer(help="Run code in the isolated sandbox; check what isolation this machine gives.")
+from honing.sandbox.cli import sandbox_app  # noqa: E402 - `honing sandbox ...`
+
 app.add_typer(sandbox_app, name="sandbox")
 app.add_typer(env_app, name="env")
+from honing.eval.cli import eval_app  # noqa: E402 - `honing eval ...`
+
+app.add_typer(eval_app, name="eval")
 from honing.release.cli import export_cmd, release_app  # noqa: E402 - issue 20: releases, export, serve
 from honing.serve.cli import serve_cmd  # noqa: E402
 
@@ -193,7 +197,9 @@ def _behaviour_lines(summary: dict) -> list[str]:
 
 
 def _force_progress() -> bool:
-    return os.environ.get("HONING_PROGRESS", "") == "1"
+    from honing.schedule.progress import force_progress
+
+    return force_progress()
 
 
 @tasks_app.command("list")
@@ -399,170 +405,6 @@ def rollout_cmd(
     opts = RolloutOptions(task, task_file, model, policy, n, samples, split, seed, parsed, max_turns, max_new_tokens,
                           temperature, extractor, backend, engine=engine)
     raise typer.Exit(rollout_main(opts, show, as_json))
-
-
-@sandbox_app.command("exec", context_settings={"allow_interspersed_args": False})
-def sandbox_exec(
-    cmd: list[str] = typer.Argument(..., help="Command and arguments (put them after --)"),
-    profile: str = typer.Option("python", "--profile", help="Toolchain profile: python, shell"),
-    timeout_s: Optional[float] = typer.Option(None, "--timeout-s", help="Wall-time limit"),
-    memory_mb: Optional[int] = typer.Option(None, "--memory-mb", help="Memory limit"),
-    cpu_s: Optional[float] = typer.Option(None, "--cpu-s", help="CPU-time limit"),
-    files: Optional[Path] = typer.Option(None, "--files", help="Directory copied into the box's /work"),
-    backend: str = typer.Option("bwrap", "--backend", help="bwrap (default) or local (UNSAFE, no isolation)"),
-    as_json: bool = typer.Option(False, "--json", help="Print the ExecResult as JSON"),
-) -> None:
-    """Run CMD in a fresh box and print the result; exits with the command's exit code."""
-    from honing.sandbox import Limits, Sandbox
-
-    limits = Limits().replace(timeout_s=timeout_s, memory_mb=memory_mb, cpu_s=cpu_s)
-    res = Sandbox(backend, limits).exec(cmd, profile=profile, files_dir=files)
-    if as_json:
-        typer.echo(json.dumps(res.to_json(), indent=1))
-    else:
-        sys.stdout.write(res.stdout)
-        sys.stderr.write(res.stderr)
-        flags = [f for f in ("timed_out", "oom", "truncated") if getattr(res, f)]
-        typer.echo(f"[exit {res.exit_code}{' signal ' + str(res.signal) if res.signal else ''} "
-                   f"{res.wall_s * 1000:.0f} ms {res.backend}{' ' + ' '.join(flags) if flags else ''}]", err=True)
-    if res.infra_error:
-        typer.echo(f"honing: sandbox infrastructure error: {res.infra_error}", err=True)
-        raise typer.Exit(3)
-    raise typer.Exit(res.exit_code if 0 <= res.exit_code < 256 else 1)
-
-
-@sandbox_app.command("doctor")
-def sandbox_doctor(backend: str = typer.Option("bwrap", "--backend")) -> None:
-    """Report which isolation and limit mechanisms are active here, and prove them with a probe."""
-    from honing.sandbox import Limits, Sandbox
-
-    sb = Sandbox(backend)
-    for k, v in sb.mechanisms().items():
-        typer.echo(f"{k:<11} {v}")
-    probe = sb.exec(["python3", "-c", "import os, socket\ntry:\n socket.create_connection(('1.1.1.1', 53), 1)"
-                     "\n print('network: REACHABLE')\nexcept OSError:\n print('network: blocked')\n"
-                     "print('uid:', os.getuid(), 'procs visible:', len([p for p in os.listdir('/proc') if p.isdigit()]))"],
-                    limits=Limits(timeout_s=10))
-    typer.echo(f"probe       {probe.stdout.strip()} ({probe.wall_s * 1000:.0f} ms, exit {probe.exit_code})")
-    if probe.infra_error or probe.exit_code != 0 or "REACHABLE" in probe.stdout:
-        typer.echo(f"honing: sandbox doctor: probe failed: {probe.infra_error or probe.stderr.strip()}", err=True)
-        raise typer.Exit(1)
-    from honing.sandbox.doctor import check_profiles
-
-    checks = check_profiles(sb)
-    for c in checks:
-        typer.echo(f"profile     {c.name:<7} {c.status:<8} {c.detail}")
-    broken = [c.name for c in checks if c.failed]
-    if broken:
-        typer.echo(f"honing: sandbox doctor: profile(s) {', '.join(broken)} do not work here", err=True)
-        raise typer.Exit(1)
-
-
-@sandbox_app.command("serve")
-def sandbox_serve(
-    host: str = typer.Option("127.0.0.1", "--host", help="Interface to bind (loopback only unless --allow-remote)"),
-    port: int = typer.Option(8787, "--port", help="TCP port"),
-    backend: str = typer.Option("bwrap", "--backend", help="Isolation backend: bwrap (default) or local (UNSAFE)"),
-    token_env: str = typer.Option("HONING_SANDBOX_TOKEN", "--token-env", metavar="NAME",
-                                  help="Environment variable holding the bearer token (never pass it as an argument)"),
-    max_concurrency: Optional[int] = typer.Option(None, "--max-concurrency", min=1,
-                                                  help="Boxes running at once (default: CPU count)"),
-    allow_remote: bool = typer.Option(False, "--allow-remote", help="Allow a non-loopback --host (put TLS in front)"),
-) -> None:
-    """Serve the sandbox over HTTP (POST /v1/exec, /v1/sessions...), bearer-token protected."""
-    from honing.sandbox.service import serve
-
-    token = os.environ.get(token_env, "")
-    if not token.strip():
-        raise HoningError(f"sandbox serve: ${token_env} is not set or empty; "
-                          f"e.g. `export {token_env}=$(openssl rand -hex 32)`")
-    serve(host=host, port=port, token=token, backend=backend, max_concurrency=max_concurrency,
-          allow_remote=allow_remote)
-
-
-@sandbox_app.command("health")
-def sandbox_health(
-    url: str = typer.Option("http://127.0.0.1:8787", "--url", help="Base URL of a running sandbox service"),
-    token_env: str = typer.Option("HONING_SANDBOX_TOKEN", "--token-env", metavar="NAME",
-                                  help="Environment variable holding the bearer token"),
-) -> None:
-    """Check a running sandbox service: print its backend and isolation mechanisms as JSON."""
-    from honing.sandbox.client import RemoteSandbox
-
-    with RemoteSandbox(url, os.environ.get(token_env, ""), timeout_s=10) as remote:
-        typer.echo(json.dumps(remote.health(), indent=2))
-
-
-@sandbox_app.command("bench")
-def sandbox_bench(jobs: int = typer.Option(200, "--jobs"), pool: int = typer.Option(2, "--pool")) -> None:
-    """Cold box vs warm pool vs plain subprocess throughput (benchmarks/sandbox_throughput.py)."""
-    import runpy
-
-    script = Path(__file__).resolve().parents[2] / "benchmarks" / "sandbox_throughput.py"
-    if not script.exists():
-        raise HoningError(f"benchmark script not found: {script} (it ships with the source checkout)")
-    sys.argv = [str(script), "--jobs", str(jobs), "--pool", str(pool)]
-    runpy.run_path(str(script), run_name="__main__")
-
-
-eval_app = typer.Typer(help="Evaluate a model on a suite; compare evaluations; check contamination.")
-app.add_typer(eval_app, name="eval")
-
-
-@eval_app.callback(invoke_without_command=True)
-def eval_main(
-    ctx: typer.Context,
-    model: Optional[str] = typer.Option(None, "--model", help="Model spec, run dir (runs/X or runs/X@step-N), or openai:<model>@<url>"),
-    suite: str = typer.Option("quick", "--suite", help="Built-in suite name (configs/suites/) or a suite YAML path"),
-    out: Optional[Path] = typer.Option(None, "--out", help="Write the evaluation JSON here"),
-    samples: Optional[int] = typer.Option(None, "--samples", min=1, help="Samples per task (default: the suite's)"),
-    seed: Optional[int] = typer.Option(None, "--seed", help="Sampling seed (default: the suite's)"),
-    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="At most this many tasks per source"),
-    compare: Optional[tuple[str, str]] = typer.Option(None, "--compare", help="Compare two evaluation JSONs: --compare A.json B.json"),
-    no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar"),
-    engine: str = typer.Option("hf", "--engine", help="Generation engine for a local model: hf, vllm or vllm-server (.venv-vllm)"),
-) -> None:
-    """Evaluate a model on a suite's held-out tasks: pass@1, pass@k, maj@k per domain with 95% CIs."""
-    if ctx.invoked_subcommand is not None:
-        return
-    from honing.eval.cli import compare_main, eval_cmd
-
-    if compare and compare[0]:
-        raise typer.Exit(compare_main(Path(compare[0]), Path(compare[1])))
-    if model is None:
-        raise HoningError("honing eval needs --model SPEC (or a subcommand: compare, contamination)")
-    if engine not in ("hf", "vllm", "vllm-server"):
-        raise HoningError(f"--engine {engine!r}: hf, vllm or vllm-server")
-    raise typer.Exit(eval_cmd(model, suite, out, samples, seed, limit,
-                              not no_progress and (sys.stderr.isatty() or _force_progress()), engine))
-
-
-@eval_app.command("compare")
-def eval_compare(
-    a: Path = typer.Argument(..., help="Baseline evaluation JSON"),
-    b: Path = typer.Argument(..., help="Candidate evaluation JSON"),
-    level: float = typer.Option(0.95, "--level", help="Confidence level of the paired bootstrap"),
-) -> None:
-    """Per-domain deltas B - A with paired bootstrap CIs over shared tasks; flags significant regressions."""
-    from honing.eval.cli import compare_main
-
-    raise typer.Exit(compare_main(a, b, level))
-
-
-@eval_app.command("contamination")
-def eval_contamination(
-    train_src: list[str] = typer.Option(..., "--train", help="Training source (repeatable): gym:<ds>, jsonl:<path>, ..."),
-    suite: str = typer.Option("quick", "--suite", "--eval", help="Evaluation suite name or YAML path"),
-    params: Optional[str] = typer.Option(None, "--params", help="Training source parameters as JSON"),
-    n: int = typer.Option(2000, "--n", min=1, help="Training tasks scanned per source"),
-    ngram: int = typer.Option(13, "--ngram", min=1, help="n-gram length (words)"),
-    threshold: float = typer.Option(0.8, "--threshold", help="MinHash Jaccard threshold for near-duplicates"),
-    as_json: Optional[Path] = typer.Option(None, "--out", help="Write the report as JSON here"),
-) -> None:
-    """n-gram and near-duplicate (MinHash LSH) overlap between training sources and a suite's tasks."""
-    from honing.eval.cli import contamination_main
-
-    raise typer.Exit(contamination_main(train_src, suite, params, n, ngram, threshold, as_json))
 
 
 @app.command("workers")

@@ -1,20 +1,21 @@
-"""The bodies of `honing eval ...` (kept here so honing/cli.py stays a thin list of commands)."""
+"""`honing eval ...`: evaluate a model on a suite, compare two evaluations, check contamination."""
 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Optional
 
+import typer
 from rich.console import Console as _RichConsole
 
 from honing.errors import HoningError
+from honing.schedule.progress import force_progress
 
 
 def Console() -> _RichConsole:
     """Wide enough for the tables when stdout is a file or pipe (rich would assume 80 columns)."""
-    import sys
-
     return _RichConsole() if sys.stdout.isatty() else _RichConsole(width=160)
 
 
@@ -99,3 +100,56 @@ def contamination_main(train: list[str], suite_name: str, params: Optional[str],
         out.write_text(json.dumps(report, indent=1))
         console.print(f"wrote {out}")
     return 0
+
+
+eval_app = typer.Typer(help="Evaluate a model on a suite; compare evaluations; check contamination.")
+
+
+@eval_app.callback(invoke_without_command=True)
+def eval_main(
+    ctx: typer.Context,
+    model: Optional[str] = typer.Option(None, "--model", help="Model spec, run dir (runs/X or runs/X@step-N), or openai:<model>@<url>"),
+    suite: str = typer.Option("quick", "--suite", help="Built-in suite name (configs/suites/) or a suite YAML path"),
+    out: Optional[Path] = typer.Option(None, "--out", help="Write the evaluation JSON here"),
+    samples: Optional[int] = typer.Option(None, "--samples", min=1, help="Samples per task (default: the suite's)"),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Sampling seed (default: the suite's)"),
+    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="At most this many tasks per source"),
+    compare: Optional[tuple[str, str]] = typer.Option(None, "--compare", help="Compare two evaluation JSONs: --compare A.json B.json"),
+    no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar"),
+    engine: str = typer.Option("hf", "--engine", help="Generation engine for a local model: hf, vllm or vllm-server (.venv-vllm)"),
+) -> None:
+    """Evaluate a model on a suite's held-out tasks: pass@1, pass@k, maj@k per domain with 95% CIs."""
+    if ctx.invoked_subcommand is not None:
+        return
+    if compare and compare[0]:
+        raise typer.Exit(compare_main(Path(compare[0]), Path(compare[1])))
+    if model is None:
+        raise HoningError("honing eval needs --model SPEC (or a subcommand: compare, contamination)")
+    if engine not in ("hf", "vllm", "vllm-server"):
+        raise HoningError(f"--engine {engine!r}: hf, vllm or vllm-server")
+    raise typer.Exit(eval_cmd(model, suite, out, samples, seed, limit,
+                              not no_progress and (sys.stderr.isatty() or force_progress()), engine))
+
+
+@eval_app.command("compare")
+def eval_compare(
+    a: Path = typer.Argument(..., help="Baseline evaluation JSON"),
+    b: Path = typer.Argument(..., help="Candidate evaluation JSON"),
+    level: float = typer.Option(0.95, "--level", help="Confidence level of the paired bootstrap"),
+) -> None:
+    """Per-domain deltas B - A with paired bootstrap CIs over shared tasks; flags significant regressions."""
+    raise typer.Exit(compare_main(a, b, level))
+
+
+@eval_app.command("contamination")
+def eval_contamination(
+    train_src: list[str] = typer.Option(..., "--train", help="Training source (repeatable): gym:<ds>, jsonl:<path>, ..."),
+    suite: str = typer.Option("quick", "--suite", "--eval", help="Evaluation suite name or YAML path"),
+    params: Optional[str] = typer.Option(None, "--params", help="Training source parameters as JSON"),
+    n: int = typer.Option(2000, "--n", min=1, help="Training tasks scanned per source"),
+    ngram: int = typer.Option(13, "--ngram", min=1, help="n-gram length (words)"),
+    threshold: float = typer.Option(0.8, "--threshold", help="MinHash Jaccard threshold for near-duplicates"),
+    as_json: Optional[Path] = typer.Option(None, "--out", help="Write the report as JSON here"),
+) -> None:
+    """n-gram and near-duplicate (MinHash LSH) overlap between training sources and a suite's tasks."""
+    raise typer.Exit(contamination_main(train_src, suite, params, n, ngram, threshold, as_json))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import time
 from typing import Iterator
@@ -10,6 +11,11 @@ from typing import Iterator
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress as RichProgress, SpinnerColumn, TextColumn, \
     TimeElapsedColumn, TimeRemainingColumn
+
+
+def force_progress() -> bool:
+    """HONING_PROGRESS=1 shows bars even when stderr is not a terminal (a log file, a test)."""
+    return os.environ.get("HONING_PROGRESS", "") == "1"
 
 
 def _duration(s: float) -> str:
