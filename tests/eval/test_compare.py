@@ -71,3 +71,19 @@ def test_tasks_of_one_structure_are_resampled_together() -> None:
     assert plain["delta"] == clustered["delta"] == -1 / 3
     assert plain["hi"] < 0 and plain["significant"]
     assert clustered["lo"] < plain["lo"] and clustered["hi"] == 0.0 and not clustered["significant"]
+
+
+def test_mean_reward_is_compared_where_pass_at_k_cannot_move() -> None:
+    """A partial-credit domain (CAD) where no sample passes on either side: pass@1 and pass@k show no
+    change, the mean reward does, with its own paired CI; a drop in it is a regression like any other."""
+    a, b = fake_eval({"cad": [0] * 24}), fake_eval({"cad": [0] * 24})
+    for i, (ra, rb) in enumerate(zip(a["tasks"], b["tasks"])):
+        ra["mean_reward"], rb["mean_reward"] = 0.05 * (i % 3), 0.3 + 0.05 * (i % 3)
+    up = compare(a, b)
+    assert up["domains"]["cad"]["pass@1"]["delta"] == 0.0 and not up["domains"]["cad"]["pass@1"]["significant"]
+    r = up["domains"]["cad"]["mean_reward"]
+    assert abs(r["delta"] - 0.3) < 1e-9 and 0 < r["lo"] <= r["hi"] and ("cad", "mean_reward") in up["improvements"]
+    down = compare(b, a)
+    assert ("cad", "mean_reward") in down["regressions"]
+    no_reward = compare(fake_eval({"math": [2] * 10}), fake_eval({"math": [2] * 10}))
+    assert "mean_reward" not in no_reward["domains"]["math"]  # old evaluation files without it still compare

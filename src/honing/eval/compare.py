@@ -3,7 +3,8 @@
 Pairing is over the task ids both evaluations graded (a task only one side has is left out and
 counted). A domain whose interval for B - A lies wholly below 0 is a significant regression;
 wholly above 0, a significant improvement. Metrics compared per task: pass@1, pass@k (k = the
-smaller sample count of the two) and maj@k where both sides have it. Tasks that share a structure
+smaller sample count of the two), maj@k where both sides have it, and the mean reward (the one that
+moves on a partial-credit domain such as CAD while pass@k is still 0). Tasks that share a structure
 (code:functions, CAD) are resampled together: structures first, then tasks within them.
 """
 
@@ -22,7 +23,8 @@ def _per_task(result: dict, k: int) -> dict[str, dict[str, Any]]:
             continue
         row = {"domain": r["domain"], "pass@1": r["correct"] / r["n"],
                f"pass@{k}": pass_at_k(r["n"], r["correct"], k) if r["n"] >= k else None,
-               f"maj@{k}": r.get(f"maj@{k}"), "cluster": r.get("structure", r["id"])}
+               f"maj@{k}": r.get(f"maj@{k}"), "mean_reward": r.get("mean_reward"),
+               "cluster": r.get("structure", r["id"])}
         out[r["id"]] = row
     return out
 
@@ -30,6 +32,10 @@ def _per_task(result: dict, k: int) -> dict[str, dict[str, Any]]:
 def _k(result: dict) -> int:
     return int(result.get("meta", {}).get("samples_per_task") or min((r["n"] for r in result["tasks"] if r["n"]),
                                                                      default=1))
+
+
+def _metrics(k: int) -> list[str]:
+    return ["pass@1"] + ([f"pass@{k}", f"maj@{k}"] if k > 1 else []) + ["mean_reward"]
 
 
 def compare(a: dict, b: dict, level: float = 0.95, seed: int = 0) -> dict[str, Any]:
@@ -51,7 +57,7 @@ def compare(a: dict, b: dict, level: float = 0.95, seed: int = 0) -> dict[str, A
     by_dom: dict[str, list[str]] = defaultdict(list)
     for i in shared:
         by_dom[ta[i]["domain"]].append(i)
-    metrics = ("pass@1", f"pass@{k}", f"maj@{k}") if k > 1 else ("pass@1",)
+    metrics = _metrics(k)
     domains: dict[str, dict[str, Any]] = {}
     regressions, improvements = [], []
     for d in sorted(by_dom) + (["all"] if len(by_dom) > 1 else []):
@@ -81,10 +87,10 @@ def compare_table(cmp: dict, name_a: str = "A", name_b: str = "B") -> Any:
                     f"over {cmp['shared_tasks']} shared tasks", title_justify="left")
     t.add_column("domain", no_wrap=True)
     t.add_column("tasks", justify="right")
-    metrics = ["pass@1"] + ([f"pass@{k}", f"maj@{k}"] if k > 1 else [])
-    for m in metrics:
-        t.add_column(m, justify="right", no_wrap=True)
-    t.add_column("", no_wrap=True)
+    metrics = [m for m in _metrics(k) if any(m in row for row in cmp["domains"].values())]
+    for m in metrics:  # two lines a cell: A→B, then the delta and its CI; the verdict column is never cut
+        t.add_column("reward" if m == "mean_reward" else m, justify="right")
+    t.add_column("", no_wrap=True, min_width=len("REGRESSION"))
     for d, row in cmp["domains"].items():
         cells, flag = [], ""
         for m in metrics:
@@ -99,6 +105,6 @@ def compare_table(cmp: dict, name_a: str = "A", name_b: str = "B") -> Any:
                     flag = "[bold red]REGRESSION[/bold red]"
                 elif not flag and d != "all":
                     flag = "[green]improved[/green]"
-            cells.append(f"{c['a']:.3f}→{c['b']:.3f} {c['delta']:+.3f} [{c['lo']:+.2f}, {c['hi']:+.2f}]{mark}")
+            cells.append(f"{c['a']:.3f}→{c['b']:.3f}\n{c['delta']:+.3f} [{c['lo']:+.2f}, {c['hi']:+.2f}]{mark}")
         t.add_row(d, str(row["n_tasks"]), *cells, flag)
     return t

@@ -280,7 +280,7 @@ def eval_table(e: dict) -> str:
         body.append("<tr>" + "".join(f"<td>{c}</td>" for c in (
             html.escape(d), m.get("n_tasks", ""), _cell(m.get("pass@1"), ci.get("pass@1")),
             _cell(m.get(f"pass@{k}"), ci.get(f"pass@{k}")), _cell(m.get(f"maj@{k}"), ci.get(f"maj@{k}")),
-            _cell(m.get("mean_reward")), m.get("infra_errors", 0))) + "</tr>")
+            _cell(m.get("mean_reward"), ci.get("mean_reward")), m.get("infra_errors", 0))) + "</tr>")
     return ("<table class=metrics><thead><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr></thead><tbody>"
             + "".join(body) + "</tbody></table>")
 

@@ -316,7 +316,7 @@ def _metric_block(rows: Sequence[dict], k: int) -> dict[str, Any]:
         f"maj@{k}": round(sum(mk) / len(mk), 6) if mk else None,
         "mean_reward": round(sum(r["mean_reward"] for r in graded) / len(graded), 6) if graded else None,
         "truncated_frac": round(sum(r["truncated"] for r in rows) / max(sum(r["n"] for r in rows), 1), 6),
-        "ci": {m: _ci(graded, m) for m in ("pass@1", f"pass@{k}", f"maj@{k}")},
+        "ci": {m: _ci(graded, m) for m in ("pass@1", f"pass@{k}", f"maj@{k}", "mean_reward")},
     }
     if graded:
         block["pass@k_curve"] = {str(kk): round(v, 6) for kk, v in
@@ -420,5 +420,5 @@ def result_table(result: dict) -> Any:
         ci = m.get("ci", {})
         table.add_row(name, str(m["n_tasks"]), _fmt(m.get("pass@1"), ci.get("pass@1")),
                       _fmt(m.get(f"pass@{k}"), ci.get(f"pass@{k}")), _fmt(m.get(f"maj@{k}"), ci.get(f"maj@{k}")),
-                      "-" if m.get("mean_reward") is None else f"{m['mean_reward']:.3f}", str(m["infra_errors"]))
+                      _fmt(m.get("mean_reward"), ci.get("mean_reward")), str(m["infra_errors"]))
     return table
