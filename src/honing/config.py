@@ -105,6 +105,9 @@ class GenerationConfig(_Node):
     """Top-k sampling (0: off)."""
     max_batch_size: int = Field(64, gt=0)
     """Most sequences decoded together in one generate call."""
+    max_batch_tokens: int | None = Field(None, gt=0)
+    """Backend 'hf': most KV-cache tokens (prompt + max_new_tokens, summed over the rows) one decode batch
+    holds; a larger call runs in several batches. None: a quarter of the device's total memory (RAM on CPU)."""
     weights: Literal["auto", "shared", "bf16"] = "auto"
     """Generation weights: 'shared' decodes with the trainer's module (under autocast when on);
     'bf16' keeps a bf16 copy synced after every update (faster decoding, a small logged

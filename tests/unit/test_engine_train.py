@@ -102,6 +102,65 @@ def test_generate_chunks_by_max_batch_size(tiny) -> None:  # noqa: ANN001
     assert [[s.token_ids for s in g] for g in small] == [[s.token_ids for s in g] for g in big]
 
 
+def test_generate_chunks_by_kv_token_budget(tiny) -> None:  # noqa: ANN001
+    """A token budget cuts a call into smaller decode batches: same greedy samples, and no batch
+    holds more KV tokens than the budget (beyond a single prompt that alone exceeds it)."""
+    model, tok, prompts = tiny
+    params = SamplingParams(n=2, max_new_tokens=6, temperature=0.0)
+    big = _engine(model, tok).generate(prompts, params)
+    eng = TransformersEngine(model, [tok.eos_token_id], tok.pad_token_id, max_batch_tokens=2 * (len(prompts[1]) + 6))
+    rows: list[int] = []
+    real = eng._generate_chunk
+    eng._generate_chunk = lambda ps, pa, g: rows.append(len(ps)) or real(ps, pa, g)  # type: ignore[method-assign]
+    small = eng.generate(prompts, params)
+    assert [[s.token_ids for s in g] for g in small] == [[s.token_ids for s in g] for g in big]
+    assert len(rows) > 1 and sum(rows) == len(prompts)
+    assert _engine(model, tok).max_batch_tokens > 10_000  # automatic: a share of this machine's memory
+
+
+def test_kv_bytes_per_token_is_what_the_cache_holds(tiny) -> None:  # noqa: ANN001
+    from transformers import DynamicCache
+
+    from honing.engine.budget import kv_bytes_per_token
+
+    model, tok, prompts = tiny
+    cache = DynamicCache()
+    ids = torch.tensor([prompts[1]])
+    with torch.no_grad():
+        model(input_ids=ids, use_cache=True, past_key_values=cache)
+    held = sum(t.numel() * t.element_size() for layer in cache.layers for t in (layer.keys, layer.values))
+    assert held == kv_bytes_per_token(model.config, 4) * ids.shape[1]
+
+
+def _naive_chunks(lens: list[int], n: int, new: int, rows: int, budget: int | None) -> list[list[int]]:
+    out: list[list[int]] = []
+    for i, ln in enumerate(lens):
+        cur = out[-1] if out else None
+        cost = (ln + new) * n
+        fits = cur is not None and len(cur) < max(1, rows // n) and (
+            budget is None or sum((lens[j] + new) * n for j in cur) + cost <= budget)
+        if fits:
+            cur.append(i)
+        else:
+            out.append([i])
+    return out
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_plan_chunks_matches_a_naive_greedy_packing(seed: int) -> None:
+    import random
+
+    from honing.engine.budget import plan_chunks
+
+    rng = random.Random(seed)
+    lens = [rng.randint(1, 300) for _ in range(rng.randint(0, 40))]
+    n, new, rows = rng.choice([1, 2, 4, 8]), rng.randint(1, 64), rng.choice([1, 8, 64, 512])
+    budget = rng.choice([None, 1, 500, 4000, 50_000])
+    got = [list(r) for r in plan_chunks(lens, n, new, rows, budget)]
+    assert got == _naive_chunks(lens, n, new, rows, budget)
+    assert [i for r in got for i in r] == list(range(len(lens)))  # every prompt once, in order
+
+
 @pytest.mark.parametrize("temperature", [1.0, 0.7, 0.0])
 def test_engine_logprobs_equal_trainer_logprobs(tiny, temperature: float) -> None:  # noqa: ANN001
     model, tok, prompts = tiny

@@ -25,7 +25,8 @@ def make_engine(cfg: Any, model: Any, tok: Any, eos_ids: Sequence[int] | None = 
 
         return TransformersEngine(model, eos_ids, tok.pad_token_id, cfg.model.bf16_autocast,
                                   max_batch_size or g.max_batch_size,
-                                  engine_weights_dtype(g.weights, cfg.model.bf16_autocast, model.device))
+                                  engine_weights_dtype(g.weights, cfg.model.bf16_autocast, model.device),
+                                  max_batch_tokens=g.max_batch_tokens)
     if backend == "vllm":
         from honing.engine.vllm import VLLMEngine
 

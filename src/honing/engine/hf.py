@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
+from honing.engine.budget import auto_batch_tokens, plan_chunks
 from honing.engine.prefix import PrefixCache, batch_past, row_kv
 from honing.engine.types import Sample, SamplingParams
 
@@ -125,12 +126,17 @@ class TransformersEngine:
 
     def __init__(self, model: PreTrainedModel, eos_ids: Sequence[int], pad_id: int,
                  bf16_autocast: bool = False, max_batch_size: int = 64,
-                 weights_dtype: torch.dtype | None = None, speculative: "NgramDraft | None" = None) -> None:
+                 weights_dtype: torch.dtype | None = None, speculative: "NgramDraft | None" = None,
+                 max_batch_tokens: int | None = None) -> None:
         self.eos_ids = torch.tensor(sorted(set(eos_ids)), dtype=torch.long)
         self.pad_id = pad_id
         self.bf16_autocast = bf16_autocast
         self.weights_dtype = weights_dtype
         self.max_batch_size = max_batch_size
+        # most KV tokens (prompt + new, summed over rows) one decode batch holds (engine/budget.py);
+        # None: a quarter of the device's memory, set by set_model from the model's shape
+        self.max_batch_tokens = max_batch_tokens
+        self._auto_tokens = max_batch_tokens is None
         self.version = 0
         self.compact = True  # drop finished rows from the decode batch once a quarter of it is done
         # called with each decode step's tokens [rows of the chunk] (pad for finished rows): how
@@ -160,6 +166,8 @@ class TransformersEngine:
             self.model = copy_.requires_grad_(False)
         else:
             self.model = model
+        if self._auto_tokens:
+            self.max_batch_tokens = auto_batch_tokens(self.model)
         own_dtype = self.model is not model
         self.autocast = self.bf16_autocast and not own_dtype and bf16_supported(model.device)
         self._cache_kw = _cache_kwarg(self.model)
@@ -188,10 +196,9 @@ class TransformersEngine:
     def _prefiller(self) -> PreTrainedModel:
         return self.model if self.prefill_model is None else self.prefill_model
 
-    def _chunks(self, n_prompts: int, n: int) -> Iterator[range]:
-        per = max(1, self.max_batch_size // max(n, 1))
-        for start in range(0, n_prompts, per):
-            yield range(start, min(n_prompts, start + per))
+    def _chunks(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[range]:
+        return plan_chunks([len(p) for p in prompts], params.n, params.max_new_tokens, self.max_batch_size,
+                           self.max_batch_tokens)
 
     @torch.no_grad()
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams,
@@ -201,7 +208,7 @@ class TransformersEngine:
         self.model.eval()
         out: list[list[Sample]] = []
         try:
-            for idx in self._chunks(len(prompts), params.n):
+            for idx in self._chunks(prompts, params):
                 out.extend(self._generate_chunk([prompts[i] for i in idx], params, gen))
         finally:
             self.model.train(was_training)

@@ -261,7 +261,8 @@ class Run:
         if self.cfg.eval.weights == "export" and not exact:
             if self._export_engine is None:
                 self._export_engine = TransformersEngine(policy, self.eos, self.tok.pad_token_id, False,
-                                                         self.cfg.generation.max_batch_size)
+                                                         self.cfg.generation.max_batch_size,
+                                                         max_batch_tokens=self.cfg.generation.max_batch_tokens)
             if self._export_engine.source is not policy:
                 self._export_engine.set_model(policy)
             return self._export_engine, f"exported weights ({dtype}, hf engine)"

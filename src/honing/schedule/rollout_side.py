@@ -46,7 +46,8 @@ class LocalRollout:
                 if dtype is not None:  # the process's own copy: in the engine's dtype, no second copy
                     model = model.to(dtype).requires_grad_(False)
                 engine = TransformersEngine(model, eos_ids_of(tok), tok.pad_token_id, cfg.model.bf16_autocast,
-                                            cfg.generation.max_batch_size, dtype)
+                                            cfg.generation.max_batch_size, dtype,
+                                            max_batch_tokens=cfg.generation.max_batch_tokens)
             else:
                 engine = make_engine(cfg, model, tok, eos_ids_of(tok))
         self.engine, self.tok = engine, tok
