@@ -144,6 +144,27 @@ def test_summarise_numbers_from_records() -> None:
     assert d["pass@k_curve"]["1"] == 0.625 and d["pass@k_curve"]["4"] == 1.0
 
 
+def test_layered_verdicts_are_summarised_per_layer() -> None:
+    """A layered verifier (CAD's shape): the mean of each layer per domain, a layer a sample never
+    reached counting 0, infra errors left out; and the lines `honing eval` prints under its table."""
+    from honing.eval.cli import detail_lines
+    from honing.tasks import Task, VerifierSpec
+
+    t = Task("c1", "cad", ({"role": "user", "content": "q"},), VerifierSpec("exact_match"))
+
+    def rec(comp: dict, status: str = "ok") -> dict:
+        return {"task_id": "c1", "domain": "cad", "passed": False, "answer": None, "status": status,
+                "score": 0.0, "finish_reason": "stop", "components": comp}
+
+    recs = [rec({"build": 1.0, "valid": 1.0, "iou": 0.5}), rec({"build": 1.0, "valid": 0.0, "iou": 0.0}),
+            rec({"build": 0.0}), rec({"build": 0.0, "iou": 0.0}), rec({"build": 1.0, "iou": 1.0}, "infra_error")]
+    out = summarise([t], [recs], 4)
+    assert out["domains"]["cad"]["layers"] == {"build": 0.5, "iou": 0.125, "valid": 0.25}
+    assert detail_lines(out) == ["cad layers: build 0.50  iou 0.12  valid 0.25"]
+    plain = summarise([t], [[rec({"correct": 1.0})] * 4], 4)  # one layer only: nothing to add to pass@1
+    assert "layers" not in plain["domains"]["cad"] and detail_lines(plain) == []
+
+
 # --- endpoints ---------------------------------------------------------------------------------------
 class FlakyEndpoint:
     """An OpenAI-compatible /v1/chat/completions that answers `ok_requests` times, then 503s."""

@@ -30,6 +30,19 @@ def _default_out(model: str, suite: str) -> Optional[Path]:
     return None
 
 
+def detail_lines(result: dict) -> list[str]:
+    """Per domain, under the table: what multi-turn episodes did and the mean of each verdict layer."""
+    from honing.eval.metrics import describe_behaviour
+
+    lines = []
+    for d, block in sorted(result["domains"].items()):
+        if block.get("behaviour"):
+            lines.append(f"{d} episodes: {describe_behaviour(block['behaviour'])}")
+        if block.get("layers"):
+            lines.append(f"{d} layers: " + "  ".join(f"{k} {v:.2f}" for k, v in block["layers"].items()))
+    return lines
+
+
 def eval_cmd(model: str, suite_name: str, out: Optional[Path], samples: Optional[int], seed: Optional[int],
              limit: Optional[int], show_progress: bool, engine: str = "hf") -> int:
     from honing.eval.runner import evaluate_suite, result_table, save_result
@@ -52,6 +65,8 @@ def eval_cmd(model: str, suite_name: str, out: Optional[Path], samples: Optional
 
         result = evaluate_suite(model, suite, samples, seed, limit, on_progress, backend=engine)
     console.print(result_table(result))
+    for line in detail_lines(result):
+        console.print(line, highlight=False)
     t = result["meta"]["time"]
     console.print(f"time: {t['wall_s']:.0f} s (generate {t['generate_s']:.0f} s, grade {t['grade_s']:.0f} s)")
     if out is not None:

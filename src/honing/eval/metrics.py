@@ -191,6 +191,18 @@ def episode_behaviour(samples: Sequence[dict]) -> dict[str, Any] | None:
     }
 
 
+def verdict_layers(samples: Sequence[dict]) -> dict[str, float] | None:
+    """Mean of each verdict component over the graded samples (None when no sample has any): where a
+    layered verifier's episodes fall short (CAD: build, valid, bbox, volume, iou, features). A layer a
+    sample never reached (a script that did not build has no IoU) counts as 0."""
+    graded = [r for r in samples if r.get("status") != "infra_error"]
+    names = sorted({k for r in graded for k in (r.get("components") or {})})
+    if not names:
+        return None
+    return {k: round(sum(float((r.get("components") or {}).get(k, 0.0)) for r in graded) / len(graded), 6)
+            for k in names}
+
+
 def describe_behaviour(b: dict[str, Any]) -> str:
     """One line from `episode_behaviour`'s shares: what the episodes did."""
     after = b.get("passed_after_failing_tests")

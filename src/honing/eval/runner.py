@@ -26,7 +26,7 @@ from typing import Any, Callable, Optional, Sequence
 from honing.engine.factory import describe_engine
 from honing.errors import HoningError, ModelError
 from honing.eval.metrics import (bootstrap_ci, episode_behaviour, maj_at_k, pass_at_k, pass_at_k_curve,
-                                 task_structure)
+                                 task_structure, verdict_layers)
 from honing.eval.suite import Suite, suite_tasks
 from honing.tasks.types import Task
 
@@ -357,9 +357,13 @@ def summarise(tasks: Sequence[Task], per_task: Sequence[Sequence[dict]], k: int)
             by_diff[r["domain"]][f"{r['difficulty']:.3g}"].append(r)
     domains = {d: _metric_block(rs, k) for d, rs in by_dom.items()}
     for d, block in domains.items():
-        beh = episode_behaviour([rec for recs in per_task for rec in recs if rec.get("domain") == d])
+        recs_d = [rec for recs in per_task for rec in recs if rec.get("domain") == d]
+        beh = episode_behaviour(recs_d)
         if beh is not None:
             block["behaviour"] = beh
+        layers = verdict_layers(recs_d)
+        if layers is not None and set(layers) != {"correct"}:
+            block["layers"] = layers
     return {
         "tasks": rows,
         "domains": domains,
