@@ -120,6 +120,36 @@ def test_same_checkpoint_same_seed_is_bit_for_bit(tmp_path: Path) -> None:
     assert len(a["samples"]) == 20 and a["meta"]["suite_version"] == 3
 
 
+def test_a_killed_evaluation_resumes_to_the_uninterrupted_result(tmp_path: Path) -> None:
+    """Each finished chunk is handed out (the CLI writes it to --out); a run killed after its first
+    chunk, resumed from that file, gives the same records as a run never stopped, and generates only
+    the chunks it had not finished. Resuming another evaluation's file is refused by name."""
+    from honing.eval.runner import finished_groups
+
+    suite = load_suite(str(write_suite(tmp_path)))  # chunks of 2, never mixing sources: 2 + 1, then 2
+    whole = evaluate_suite("tiny-random", suite)
+    partials: list[dict] = []
+
+    def killed(partial: dict) -> None:
+        partials.append(partial)
+        raise KeyboardInterrupt  # the process dies after its first chunk was written
+
+    with pytest.raises(KeyboardInterrupt):
+        evaluate_suite("tiny-random", suite, on_chunk=killed)
+    first = partials[0]
+    assert first["meta"]["incomplete"]["tasks_done"] == 2 and "--resume" in first["meta"]["incomplete"]["error"]
+    first = json.loads(json.dumps(first))  # as read back from the file
+    seen: list[dict] = []
+    resumed = evaluate_suite("tiny-random", suite, resume=first, on_chunk=seen.append)
+    assert resumed["meta"]["resumed_tasks"] == 2 and resumed["meta"]["incomplete"] is None
+    assert json.dumps(_strip(resumed), sort_keys=True) == json.dumps(_strip(whole), sort_keys=True)
+    assert [p["meta"]["n_tasks"] for p in seen] == [3]  # chunk 1 came from the file; 2 ran (3 is the end)
+    with pytest.raises(HoningError, match="seed is 2000003, this one's is 7"):
+        evaluate_suite("tiny-random", suite, seed=7, resume=first)
+    with pytest.raises(HoningError, match="not this suite's tasks"):
+        finished_groups(first, first["meta"], ["x", "y", "z"])
+
+
 def test_summarise_numbers_from_records() -> None:
     from honing.tasks import Task, VerifierSpec
 
@@ -248,6 +278,14 @@ def test_cli_eval_table_json_and_errors(tmp_path: Path) -> None:
     p = _cli(["eval", "--model", "tiny-random", "--suite", str(bad)], tmp_path)
     assert p.returncode == 2 and p.stderr.strip().splitlines()[-1].startswith("honing: error: ")
     assert "gym:no_such_domain" in p.stderr
+
+    p = _cli(["eval", "--model", "tiny-random", "--suite", str(suite), "--out", str(tmp_path / "none.json"),
+              "--resume"], tmp_path)
+    assert p.returncode == 2 and "--resume: no earlier evaluation at" in p.stderr and "none.json" in p.stderr
+    p = _cli(["eval", "--model", "tiny-random", "--suite", str(suite), "--out", str(out), "--limit", "1", "--resume"],
+             tmp_path)  # a finished evaluation: every chunk comes from the file
+    assert p.returncode == 0 and "resumed: 2 task(s)" in p.stdout, p.stderr
+    assert json.loads(out.read_text())["samples"] == data["samples"]
 
     (tmp_path / "runs" / "empty").mkdir(parents=True)
     (tmp_path / "runs" / "empty" / "config.yaml").write_text("{}\n")

@@ -44,13 +44,18 @@ def detail_lines(result: dict) -> list[str]:
 
 
 def eval_cmd(model: str, suite_name: str, out: Optional[Path], samples: Optional[int], seed: Optional[int],
-             limit: Optional[int], show_progress: bool, engine: str = "hf") -> int:
-    from honing.eval.runner import evaluate_suite, result_table, save_result
+             limit: Optional[int], show_progress: bool, engine: str = "hf", resume: bool = False) -> int:
+    from honing.eval.runner import evaluate_suite, load_result, result_table, save_result
     from honing.eval.suite import load_suite
     from honing.schedule.progress import Progress
 
     suite = load_suite(suite_name)
     out = out or _default_out(model, suite_name)
+    earlier = None
+    if resume:
+        if out is None or not out.is_file():
+            raise HoningError(f"--resume: no earlier evaluation at {out or '(give --out FILE.json)'}")
+        earlier = load_result(out)
     console = Console()
     with Progress(enabled=show_progress) as prog:
         bar: list = []
@@ -63,7 +68,14 @@ def eval_cmd(model: str, suite_name: str, out: Optional[Path], samples: Optional
                 bar[0].advance()
                 bar[1] += 1
 
-        result = evaluate_suite(model, suite, samples, seed, limit, on_progress, backend=engine)
+        def keep(partial: dict) -> None:  # after every chunk: a killed evaluation keeps what it finished
+            if out is not None:
+                save_result(partial, out)
+
+        result = evaluate_suite(model, suite, samples, seed, limit, on_progress, backend=engine, on_chunk=keep,
+                                resume=earlier)
+    if result["meta"].get("resumed_tasks"):
+        console.print(f"resumed: {result['meta']['resumed_tasks']} task(s) from {out}")
     console.print(result_table(result))
     for line in detail_lines(result):
         console.print(line, highlight=False)
@@ -132,6 +144,7 @@ def eval_main(
     compare: Optional[tuple[str, str]] = typer.Option(None, "--compare", help="Compare two evaluation JSONs: --compare A.json B.json"),
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar"),
     engine: str = typer.Option("hf", "--engine", help="Generation engine for a local model: hf, vllm or vllm-server (.venv-vllm)"),
+    resume: bool = typer.Option(False, "--resume", help="Go on from the partial evaluation in --out (one that was stopped)"),
 ) -> None:
     """Evaluate a model on a suite's held-out tasks: pass@1, pass@k, maj@k per domain with 95% CIs."""
     if ctx.invoked_subcommand is not None:
@@ -143,7 +156,7 @@ def eval_main(
     if engine not in ("hf", "vllm", "vllm-server"):
         raise HoningError(f"--engine {engine!r}: hf, vllm or vllm-server")
     raise typer.Exit(eval_cmd(model, suite, out, samples, seed, limit,
-                              not no_progress and (sys.stderr.isatty() or force_progress()), engine))
+                              not no_progress and (sys.stderr.isatty() or force_progress()), engine, resume))
 
 
 @eval_app.command("compare")

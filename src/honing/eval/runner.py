@@ -221,11 +221,17 @@ def sample_record(task: Task, traj: Any, index: int, answer: Optional[str]) -> d
 # --- the evaluation ---------------------------------------------------------------------------
 def evaluate_suite(model: str, suite: Suite, samples: Optional[int] = None, seed: Optional[int] = None,
                    limit: Optional[int] = None, progress: Optional[Progress] = None, engine: Any = None,
-                   tokenizer: Any = None, endpoint_retries: int = 3, backend: str = "hf") -> dict[str, Any]:
+                   tokenizer: Any = None, endpoint_retries: int = 3, backend: str = "hf",
+                   on_chunk: Optional[Callable[[dict], None]] = None,
+                   resume: Optional[dict] = None) -> dict[str, Any]:
     """Evaluate `model` on `suite`'s held-out tasks. Returns the result dict (see `summarise`).
 
     An endpoint that fails after its retries stops the evaluation: the tasks finished so far are
     kept and `meta.incomplete` says what happened (nothing finished at all raises HoningError).
+    `on_chunk` gets the result so far after every chunk (marked incomplete until the last), which
+    `honing eval --out` writes, so a killed evaluation keeps what it finished; `resume` (such a
+    partial result, of the same model, suite, seed and samples) supplies its finished chunks, and
+    since each chunk's seed comes from its index the result is the one an uninterrupted run gives.
     """
     t_start = time.time()
     ref = resolve_model(model) if engine is None else ModelRef("local", model, model)
@@ -243,9 +249,20 @@ def evaluate_suite(model: str, suite: Suite, samples: Optional[int] = None, seed
     per_task: list[list[dict]] = []
     incomplete: Optional[dict] = None
     gen_s = grade_s = 0.0
+    meta_base = {
+        "suite": suite.name, "suite_version": suite.version, "model": ref.label, "model_resolved": ref.spec,
+        "model_kind": ref.kind, "seed": base_seed, "samples_per_task": n, "extractor": suite.extractor,
+        "sampling": suite.sampling.model_dump(), "limit": limit, "batch_tasks": suite.batch_tasks,
+    }
+    earlier = finished_groups(resume, meta_base, [t.id for t in tasks]) if resume is not None else {}
     if progress:
         progress(0, len(tasks))
     for ci, (src, chunk) in enumerate(make_chunks(st, suite.batch_tasks)):
+        if chunk and all(t.id in earlier for t in chunk):  # finished before: its records as they were
+            per_task.extend(earlier[t.id] for t in chunk)
+            if progress:
+                progress(len(per_task), len(tasks))
+            continue
         t0 = time.perf_counter()
         try:
             params = _sampling(suite, n, src)
@@ -274,15 +291,23 @@ def evaluate_suite(model: str, suite: Suite, samples: Optional[int] = None, seed
         per_task.extend(groups)
         if progress:
             progress(len(per_task), len(tasks))
+        if on_chunk is not None and len(per_task) < len(tasks):
+            on_chunk(result_of(tasks, per_task, n, meta_base, runner, suite, t_start, gen_s, grade_s, earlier,
+                               {"error": "stopped before the end (interrupted or killed): resume with --resume",
+                                "tasks_done": len(per_task), "tasks_total": len(tasks)}))
+    return result_of(tasks, per_task, n, meta_base, runner, suite, t_start, gen_s, grade_s, earlier, incomplete)
+
+
+def result_of(tasks: Sequence[Task], per_task: list[list[dict]], n: int, meta_base: dict, runner: Any,
+              suite: Suite, t_start: float, gen_s: float, grade_s: float, earlier: dict,
+              incomplete: Optional[dict]) -> dict[str, Any]:
     done = tasks[:len(per_task)]
     meta = {
-        "suite": suite.name, "suite_version": suite.version, "model": ref.label, "model_resolved": ref.spec,
-        "model_kind": ref.kind, "seed": base_seed, "samples_per_task": n, "extractor": suite.extractor,
-        "sampling": suite.sampling.model_dump(),
-        "engine": "endpoint" if ref.kind == "endpoint" else describe_engine(runner.engine),
+        **meta_base,
+        "engine": "endpoint" if meta_base["model_kind"] == "endpoint" else describe_engine(runner.engine),
         "max_new_tokens_by_source": {s.name: s.max_new_tokens for s in suite.sources if s.max_new_tokens},
-        "n_tasks": len(done), "n_tasks_planned": len(tasks),
-        "limit": limit, "incomplete": incomplete,
+        "n_tasks": len(done), "n_tasks_planned": len(tasks), "incomplete": incomplete,
+        "resumed_tasks": sum(t.id in earlier for t in done),
         "time": {"wall_s": round(time.time() - t_start, 3), "generate_s": round(gen_s, 3),
                  "grade_s": round(grade_s, 3)},
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -290,6 +315,28 @@ def evaluate_suite(model: str, suite: Suite, samples: Optional[int] = None, seed
     out = summarise(done, per_task, n)
     out["meta"] = meta
     return out
+
+
+RESUME_KEYS = ("suite", "suite_version", "model_resolved", "seed", "samples_per_task", "extractor", "sampling",
+               "limit", "batch_tasks")
+
+
+def finished_groups(prev: dict, meta: dict, task_ids: Sequence[str]) -> dict[str, list[dict]]:
+    """A partial evaluation's per-task sample records, by task id, once it is checked to be this same
+    evaluation (model, suite, seed, samples, sampling, chunking) over the same tasks in the same order."""
+    pm = prev.get("meta", {})
+    for key in RESUME_KEYS:
+        if pm.get(key) != meta.get(key):
+            raise HoningError(f"cannot resume: the earlier evaluation's {key} is {pm.get(key)!r}, this one's is "
+                              f"{meta.get(key)!r} (resume only the same model, suite, seed and samples)")
+    ids = [r["id"] for r in prev.get("tasks", [])]
+    if ids != list(task_ids[:len(ids)]):
+        raise HoningError("cannot resume: the earlier evaluation's tasks are not this suite's tasks in order")
+    groups: dict[str, list[dict]] = {i: [] for i in ids}
+    for rec in prev.get("samples", []):
+        if rec.get("task_id") in groups:
+            groups[rec["task_id"]].append(rec)
+    return {i: sorted(g, key=lambda r: r.get("sample", 0)) for i, g in groups.items()}
 
 
 def _ci(rows: Sequence[dict], key: str) -> list[float] | None:
