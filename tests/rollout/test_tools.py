@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import json
 
 import pytest
 
@@ -120,3 +121,20 @@ def test_cap_text_keeps_head_and_tail():
     out = cap_text(text, 200)
     assert len(out) < 300 and out.startswith("HEAD") and out.endswith("TAIL") and "characters cut" in out
     assert cap_text("short", 200) == "short"
+
+
+def test_the_format_help_names_a_tool_the_episode_has() -> None:
+    """The error observation's example call is one of the episode's own tools: a fixed read_file
+    example in an episode without read_file (CAD: build, render, submit) was copied by the base model
+    and refused as an unknown tool, three turns running."""
+    from honing.rollout.tools import Tool, example_call, format_help, get_tools
+
+    build = Tool("build", "build a part", {"type": "object", "properties": {"code": {"type": "string"},
+                                                                         "scale": {"type": "number"}},
+                                           "required": ["code"]}, lambda ctx, code: code)
+    tools = [build, *get_tools(["submit"])]
+    ex = example_call(tools)
+    assert ex == {"name": "build", "arguments": {"code": "..."}}
+    assert parse_call(f"<tool_call>{json.dumps(ex)}</tool_call>", tools).error == ""  # the example itself parses
+    assert "read_file" not in parse_call("no call here", tools).error
+    assert '"name": "read_file"' in format_help(get_tools(["read_file", "submit"]))  # where it exists, as before

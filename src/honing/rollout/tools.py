@@ -101,9 +101,24 @@ class ParsedCall:
     n_calls: int = 0
 
 
+_PLACEHOLDER = {"string": "...", "integer": 1, "number": 1.0, "boolean": True, "array": [], "object": {}}
+
+
+def example_call(tools: Sequence[Tool]) -> dict[str, Any]:
+    """A call of one of *these* tools (an example naming a tool the episode lacks gets copied, and then
+    refused): read_file where there is one, else the first tool, its required arguments as placeholders."""
+    if not tools:
+        return {"name": "submit", "arguments": {}}
+    if any(t.name == "read_file" for t in tools):
+        return {"name": "read_file", "arguments": {"path": "README.md"}}
+    t = tools[0]
+    props = t.parameters.get("properties", {})
+    return {"name": t.name, "arguments": {k: _PLACEHOLDER.get(props.get(k, {}).get("type", "string"), "...")
+                                          for k in t.parameters.get("required", ())}}
+
+
 def format_help(tools: Sequence[Tool]) -> str:
-    example = {"name": "read_file", "arguments": {"path": "README.md"}}
-    return (f"Call exactly one tool per reply, like this:\n{CALL_OPEN}{json.dumps(example)}{CALL_CLOSE}\n"
+    return (f"Call exactly one tool per reply, like this:\n{CALL_OPEN}{json.dumps(example_call(tools))}{CALL_CLOSE}\n"
             f"Available tools: {', '.join(t.name for t in tools)}.")
 
 
