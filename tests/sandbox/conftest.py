@@ -51,6 +51,36 @@ def pids_with(needle: str) -> list[int]:
     return found
 
 
+def _stat(pid: int) -> tuple[str, int] | None:
+    """(comm, parent pid) of a live process; None for one that is gone or a zombie."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    comm, rest = raw[raw.index("(") + 1:raw.rindex(")")], raw[raw.rindex(")") + 2:].split()
+    return None if rest[0] == "Z" else (comm, int(rest[1]))
+
+
+def new_processes(before: set[int], comm: str) -> list[int]:
+    """Live processes started since `before` that either descend from this test process or were
+    orphaned (reparented to init) and are named `comm`. Other jobs on a shared CI host start
+    processes too, so a whole-host count is no measure of what a box left behind."""
+    stats = {pid: s for pid in host_pids() if (s := _stat(pid)) is not None}
+    me, found = os.getpid(), []
+    for pid in set(stats) - before:
+        comm_, parent = stats[pid]
+        if parent in (0, 1) and comm_ == comm:
+            found.append(pid)
+            continue
+        seen = set()
+        while parent not in (0, 1, me) and parent in stats and parent not in seen:
+            seen.add(parent)
+            parent = stats[parent][1]
+        if parent == me:
+            found.append(pid)
+    return sorted(found)
+
+
 def pids_named(comm: str) -> list[int]:
     """Host processes (zombies included: their cmdline is empty, their comm is kept) named `comm`."""
     found = []
