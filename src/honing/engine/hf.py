@@ -16,6 +16,7 @@ import torch
 from transformers import DynamicCache, PreTrainedModel
 
 from honing.engine.budget import auto_batch_tokens, plan_chunks
+from honing.engine.kvcache import GrowingCache
 from honing.engine.prefix import PrefixCache, batch_past, row_kv
 from honing.engine.types import Sample, SamplingParams
 
@@ -220,7 +221,7 @@ class TransformersEngine:
                 and all(len(p) > 0 for p in prompts):
             return [[self._generate_speculative(p, params, gen) for _ in range(params.n)] for p in prompts]
         dev = self.model.device
-        cache = DynamicCache()
+        cache = GrowingCache(params.max_new_tokens)
         if self.prefix_cache is not None:
             logits, mask, pos = self._prefill_cached(prompts, cache, self.prefix_cache)
         else:
