@@ -87,3 +87,19 @@ def test_mean_reward_is_compared_where_pass_at_k_cannot_move() -> None:
     assert ("cad", "mean_reward") in down["regressions"]
     no_reward = compare(fake_eval({"math": [2] * 10}), fake_eval({"math": [2] * 10}))
     assert "mean_reward" not in no_reward["domains"]["math"]  # old evaluation files without it still compare
+
+
+def test_a_domain_of_too_few_tasks_is_never_called_significant() -> None:
+    """One task (or four) that drops from 4/4 to 0/4 has a zero-width (or crude) bootstrap interval:
+    shown with its delta and named in a warning, never a regression; at MIN_UNITS tasks it is one."""
+    from honing.eval.compare import MIN_UNITS
+
+    small = compare(fake_eval({"solo": [4], "few": [4] * (MIN_UNITS - 1)}),
+                    fake_eval({"solo": [0], "few": [0] * (MIN_UNITS - 1)}))
+    for d in ("solo", "few"):
+        cell = small["domains"][d]["pass@1"]
+        assert cell["delta"] == -1.0 and cell["hi"] < 0 and not cell["significant"]
+        assert small["domains"][d]["too_few"] and any(w.startswith(f"{d}:") for w in small["warnings"])
+    assert small["regressions"] == []
+    enough = compare(fake_eval({"d": [4] * MIN_UNITS}), fake_eval({"d": [0] * MIN_UNITS}))
+    assert ("d", "pass@1") in enough["regressions"] and not enough["domains"]["d"]["too_few"]

@@ -6,6 +6,11 @@ wholly above 0, a significant improvement. Metrics compared per task: pass@1, pa
 smaller sample count of the two), maj@k where both sides have it, and the mean reward (the one that
 moves on a partial-credit domain such as CAD while pass@k is still 0). Tasks that share a structure
 (code:functions, CAD) are resampled together: structures first, then tasks within them.
+
+A change is called significant only over at least MIN_UNITS independent units (structures, or
+tasks where there are none): a bootstrap over one task has a zero-width interval, so a domain of
+one task would flag any difference as a regression. Such a domain still shows its delta and is
+named in the warnings.
 """
 
 from __future__ import annotations
@@ -14,6 +19,8 @@ from collections import defaultdict
 from typing import Any, Optional
 
 from honing.eval.metrics import diff_ci, pass_at_k
+
+MIN_UNITS = 5
 
 
 def _per_task(result: dict, k: int) -> dict[str, dict[str, Any]]:
@@ -62,7 +69,11 @@ def compare(a: dict, b: dict, level: float = 0.95, seed: int = 0) -> dict[str, A
     regressions, improvements = [], []
     for d in sorted(by_dom) + (["all"] if len(by_dom) > 1 else []):
         ids = shared if d == "all" else by_dom[d]
-        domains[d] = {"n_tasks": len(ids)}
+        units = len({ta[i]["cluster"] for i in ids})
+        domains[d] = {"n_tasks": len(ids), "units": units, "too_few": units < MIN_UNITS}
+        if units < MIN_UNITS:
+            warnings.append(f"{d}: {units} independent task(s) (fewer than {MIN_UNITS}): its deltas are shown "
+                            "but never called significant")
         for m in metrics:
             pairs = [(ta[i][m], tb[i][m], ta[i]["cluster"]) for i in ids
                      if ta[i][m] is not None and tb[i][m] is not None]
@@ -70,7 +81,7 @@ def compare(a: dict, b: dict, level: float = 0.95, seed: int = 0) -> dict[str, A
                 continue
             xa, xb = [p[0] for p in pairs], [p[1] for p in pairs]
             delta, lo, hi = diff_ci(xa, xb, level=level, seed=seed, clusters=[p[2] for p in pairs])
-            sig = lo > 0 or hi < 0
+            sig = (lo > 0 or hi < 0) and units >= MIN_UNITS
             domains[d][m] = {"a": sum(xa) / len(xa), "b": sum(xb) / len(xb), "delta": delta, "lo": lo, "hi": hi,
                              "significant": sig, "n": len(pairs)}
             if sig and d != "all":
