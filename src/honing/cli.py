@@ -86,7 +86,7 @@ def train(
     from honing.train.distributed import releasing_followers
 
     run_dir = resume or out or default_run_dir(cfg, path.stem)
-    bars = not (no_progress or quiet) and sys.stderr.isatty() or _force_progress()
+    bars = _bars_wanted(no_progress or quiet)
 
     def announce() -> None:  # after the start-up checks, before the run starts
         verb = "resuming" if resume else "recipe"
@@ -154,7 +154,7 @@ def sft_cmd(
     from honing.schedule.loop import default_run_dir
 
     run_dir = resume or out or default_run_dir(cfg, f"{path.stem}-sft")
-    bars = not (no_progress or quiet) and sys.stderr.isatty() or _force_progress()
+    bars = _bars_wanted(no_progress or quiet)
     summary = api.train(cfg, out=run_dir, show_progress=bars, resume=resume is not None,
                         plain_progress=not bars and not quiet,
                         on_start=lambda: typer.echo(f"honing sft: {path}, demonstrations {cfg.sft.source}, "
@@ -196,10 +196,10 @@ def _behaviour_lines(summary: dict) -> list[str]:
     return lines
 
 
-def _force_progress() -> bool:
-    from honing.schedule.progress import force_progress
+def _bars_wanted(disabled: bool) -> bool:
+    from honing.schedule.progress import bars_wanted
 
-    return force_progress()
+    return bars_wanted(disabled)
 
 
 @tasks_app.command("list")

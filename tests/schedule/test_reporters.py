@@ -239,3 +239,18 @@ def test_quiet_prints_no_step_lines(tmp_path: Path, monkeypatch: pytest.MonkeyPa
                                    "--quiet", "--out", str(tmp_path / "run")])
     assert res.exit_code == 0, res.output
     assert "held-out after" in res.stderr and ": step " not in res.stderr, res.stderr
+
+
+def test_bars_follow_the_terminal_and_honing_progress_but_never_override_no_progress(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from honing.schedule.progress import bars_wanted
+
+    for tty, forced, disabled in [(t, f, d) for t in (False, True) for f in (False, True) for d in (False, True)]:
+        monkeypatch.setattr(sys.stderr, "isatty", lambda tty=tty: tty, raising=False)
+        if forced:
+            monkeypatch.setenv("HONING_PROGRESS", "1")
+        else:
+            monkeypatch.delenv("HONING_PROGRESS", raising=False)
+        assert bars_wanted(disabled) == (not disabled and (tty or forced)), (tty, forced, disabled)

@@ -11,7 +11,7 @@ import typer
 from rich.console import Console as _RichConsole
 
 from honing.errors import HoningError
-from honing.schedule.progress import force_progress
+from honing.schedule.progress import bars_wanted
 
 
 def Console() -> _RichConsole:
@@ -156,7 +156,7 @@ def eval_main(
     if engine not in ("hf", "vllm", "vllm-server"):
         raise HoningError(f"--engine {engine!r}: hf, vllm or vllm-server")
     raise typer.Exit(eval_cmd(model, suite, out, samples, seed, limit,
-                              not no_progress and (sys.stderr.isatty() or force_progress()), engine, resume))
+                              bars_wanted(no_progress), engine, resume))
 
 
 @eval_app.command("compare")

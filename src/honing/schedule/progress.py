@@ -18,6 +18,12 @@ def force_progress() -> bool:
     return os.environ.get("HONING_PROGRESS", "") == "1"
 
 
+def bars_wanted(disabled: bool) -> bool:
+    """Whether a command shows progress bars: never when the user turned them off (--no-progress,
+    --quiet), else on a terminal or where HONING_PROGRESS=1 asks for them."""
+    return not disabled and (sys.stderr.isatty() or force_progress())
+
+
 def _duration(s: float) -> str:
     s = int(round(s))
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
