@@ -100,6 +100,7 @@ def train(
         from honing.schedule.stages import stage_table
 
         typer.echo("\n".join(["", f"run directory   {run_dir}", *stage_table(summary),
+                              *_domain_lines(summary.get("heldout_ci") or {}),
                               f"wall time       {summary['wall_s']:.0f} s",
                               f"checkpoint      {summary['final_checkpoint']}"]))
         return
@@ -114,6 +115,7 @@ def train(
     if summary.get("heldout_after_sft"):
         lines.insert(3, f"after SFT       pass@1 {summary['heldout_after_sft']['pass@1']:.3f}")
     lines += _ci_lines(summary.get("heldout_ci") or {})
+    lines += _domain_lines(summary.get("heldout_ci") or {})
     lines += _behaviour_lines(summary)
     lines += [f"steps           {summary['steps']}", f"wall time       {summary['wall_s']:.0f} s",
               f"samples/s (RL)  {summary['samples_per_s']:.2f}", f"checkpoint      {summary['final_checkpoint']}"]
@@ -166,7 +168,7 @@ def sft_cmd(
         + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())),
         f"held-out tasks  {a['n_tasks']}", f"pass@1          {b['pass@1']:.3f} -> {a['pass@1']:.3f}",
         f"mean reward     {b['mean_reward']:.3f} -> {a['mean_reward']:.3f}",
-        *_ci_lines(summary.get("heldout_ci") or {}),
+        *_ci_lines(summary.get("heldout_ci") or {}), *_domain_lines(summary.get("heldout_ci") or {}),
         f"wall time       {summary['wall_s']:.0f} s", f"checkpoint      {summary['final_checkpoint']}"]))
 
 
@@ -178,6 +180,23 @@ def _ci_lines(ci: dict) -> list[str]:
     r_deltas = " ".join(f"{k} {d:+.3f} [{lo:+.3f}, {hi:+.3f}]" for k, (d, lo, hi) in ci.get("reward_delta", {}).items())
     return (([f"pass@1 95% CI   {stages}"] if stages else []) + ([f"paired delta    {deltas}"] if deltas else [])
             + ([f"reward 95% CI   {rewards}"] if rewards else []) + ([f"reward delta    {r_deltas}"] if r_deltas else []))
+
+
+def _domain_lines(ci: dict) -> list[str]:
+    """A mixed run's held-out pass@1 per domain at each stage, with the paired change of the last stage
+    (summary heldout_ci's per_domain); REGRESSED where a change's whole CI lies below zero."""
+    from honing.eval.metrics import domain_rows
+
+    rows = domain_rows(ci)
+    if not rows:
+        return []
+    lines = ["held-out by domain: pass@1 [95% CI] per stage; paired change of the last stage"]
+    for r in rows:
+        stages = " -> ".join(f"{k} {m:.3f} [{lo:.3f}, {hi:.3f}]" for k, (m, lo, hi) in r["pass@1"].items())
+        changes = ", ".join(f"{k} {d:+.3f} [{lo:+.3f}, {hi:+.3f}]" for k, (d, lo, hi) in r["changes"].items())
+        flag = "  REGRESSED" if r["regressed"] else ""
+        lines.append(f"  {r['domain']} ({r['tasks']} tasks): {stages}" + (f"; {changes}" if changes else "") + flag)
+    return lines
 
 
 def _behaviour_lines(summary: dict) -> list[str]:

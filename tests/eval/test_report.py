@@ -355,3 +355,30 @@ def test_report_in_headless_chromium(run_dir: Path, tmp_path: Path) -> None:
             browser.close()
     assert problems == []
 
+
+
+def test_run_report_shows_held_out_per_domain_with_cis_and_marks_a_regression(tmp_path: Path) -> None:
+    """A mixed run's summary.json: one row per domain, pass@1 [CI] at each stage, the paired change, and
+    REGRESSION only on the domain whose change lies wholly below zero."""
+    from honing.eval.metrics import heldout_deltas
+
+    fin, code = [f"f{i}" for i in range(8)], [f"c{i}" for i in range(8)]
+    dom = {**{t: "finance" for t in fin}, **{t: "code:functions" for t in code}}
+    before = {"pass@1": 0.5, "per_task_pass@1": {**{t: 1.0 for t in fin}, **{t: 0.0 for t in code}},
+              "per_task_domain": dom}
+    after = {"pass@1": 0.625, "per_task_pass@1": {**{t: 0.0 for t in fin[:6]}, **{t: 1.0 for t in fin[6:]},
+                                                  **{t: 1.0 for t in code}}, "per_task_domain": dom}
+    run = tmp_path / "mixed"
+    run.mkdir()
+    (run / "summary.json").write_text(json.dumps({"heldout_before": before, "heldout_after": after,
+                                                  "heldout_ci": heldout_deltas({"before": before, "after": after})}))
+    page = write_report(run).read_text()
+    section = page[page.index("id='heldout-domains'"):]
+    section = section[:section.index("</section>")]
+    rows = {m.group(1): m.group(0) for m in re.finditer(r"<tr><td>([^<]+)</td>.*?</tr>", section)}
+    assert set(rows) == {"finance", "code:functions"}
+    assert "REGRESSION" in rows["finance"] and "REGRESSION" not in rows["code:functions"]
+    assert "-0.750" in rows["finance"] and "+1.000" in rows["code:functions"]
+    assert "<th>after-before</th>" in section
+    (run / "summary.json").write_text(json.dumps({"heldout_before": {"pass@1": 0.5}, "heldout_after": {"pass@1": 0.6}}))
+    assert "id='heldout-domains'" not in write_report(run).read_text()  # one domain, or an old run: no section

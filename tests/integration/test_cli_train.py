@@ -99,6 +99,11 @@ def test_multiturn_repair_tasks_train_and_evaluate_in_the_loop(tmp_path: Path) -
     assert any("reward/repair/total" in r for r in steps)
     assert "repair" in summary["heldout_after"]["per_domain_pass@1"]
     assert summary["heldout_after"]["infra_errors"] == 0
+    # held-out per domain with CIs: every evaluated task in exactly one domain's block
+    per_domain = summary["heldout_ci"]["per_domain"]
+    assert set(per_domain) == set(summary["heldout_after"]["per_domain_pass@1"]) and len(per_domain) == 2
+    assert sum(c["tasks"] for c in per_domain.values()) == summary["heldout_after"]["n_tasks"]
+    assert all("after-before" in c["delta"] for c in per_domain.values())
 
 
 def test_informative_groups_drops_groups_without_signal() -> None:

@@ -193,3 +193,60 @@ def test_heldout_deltas_cluster_by_recorded_structure() -> None:
     clustered = heldout_deltas({"before": dict(before, per_task_cluster=labels), "after": after})["delta"]["after-before"]
     assert plain[0] == clustered[0] == -0.25
     assert plain[2] < 0 and clustered[1] < plain[1]  # the same drop, a wider interval
+
+
+def _two_domain_stages() -> dict:
+    """before/after over 8 finance tasks (after: all fail that passed) and 8 code tasks (after: all pass)."""
+    fin, code = [f"f{i}" for i in range(8)], [f"c{i}" for i in range(8)]
+    dom = {**{t: "finance" for t in fin}, **{t: "code" for t in code}}
+    before = {"per_task_pass@1": {**{t: 1.0 for t in fin}, **{t: 0.0 for t in code}}, "per_task_domain": dom}
+    after = {"per_task_pass@1": {**{t: 0.0 for t in fin[:6]}, **{t: 1.0 for t in fin[6:]},
+                                 **{t: 1.0 for t in code}}, "per_task_domain": dom}
+    return {"before": before, "after": after}
+
+
+def test_heldout_deltas_split_by_domain_equal_each_domain_evaluated_alone() -> None:
+    from honing.eval.metrics import heldout_deltas
+
+    stages = _two_domain_stages()
+    out = heldout_deltas(stages)
+    assert out["pass@1"]["before"][0] == 0.5 and out["pass@1"]["after"][0] == 0.625  # overall unchanged
+    assert set(out["per_domain"]) == {"code", "finance"}
+    for d, c in out["per_domain"].items():
+        alone = {k: {"per_task_pass@1": {t: x for t, x in v["per_task_pass@1"].items() if v["per_task_domain"][t] == d}}
+                 for k, v in stages.items()}
+        assert {k: c[k] for k in ("pass@1", "delta")} == heldout_deltas(alone)
+        assert c["tasks"] == c["units"] == 8
+    assert out["per_domain"]["finance"]["delta"]["after-before"][0] == -0.75
+    # one domain: nothing to split
+    one = {k: dict(v, per_task_domain={t: "finance" for t in v["per_task_domain"]}) for k, v in stages.items()}
+    assert "per_domain" not in heldout_deltas(one)
+
+
+def test_domain_rows_flag_a_regression_only_over_enough_units() -> None:
+    from honing.cli import _domain_lines
+    from honing.eval.metrics import MIN_UNITS, domain_rows, heldout_deltas
+
+    rows = {r["domain"]: r for r in domain_rows(heldout_deltas(_two_domain_stages()))}
+    assert rows["finance"]["regressed"] and not rows["code"]["regressed"]
+    assert list(rows["finance"]["changes"]) == ["after-before"]
+    lines = _domain_lines(heldout_deltas(_two_domain_stages()))
+    assert len(lines) == 3 and "REGRESSED" in next(ln for ln in lines if "finance" in ln)
+    assert "REGRESSED" not in next(ln for ln in lines if "code" in ln)
+    # the same drop on tasks of too few structures is shown, not called a regression
+    stages = _two_domain_stages()
+    stages["before"]["per_task_cluster"] = {f"f{i}": f"s{i % (MIN_UNITS - 1)}" for i in range(8)}
+    rows = {r["domain"]: r for r in domain_rows(heldout_deltas(stages))}
+    assert rows["finance"]["units"] == MIN_UNITS - 1 and not rows["finance"]["regressed"]
+    assert rows["finance"]["changes"]["after-before"][0] == -0.75
+    assert domain_rows(heldout_deltas({"before": {"per_task_pass@1": {"a": 1.0}}})) == [] and _domain_lines({}) == []
+
+
+def test_domain_rows_change_against_first_and_previous_stage() -> None:
+    from honing.eval.metrics import domain_rows, heldout_deltas
+
+    stages = _two_domain_stages()
+    stages = {"before": stages["before"], "after_sft": stages["after"], "after": stages["after"]}
+    rows = domain_rows(heldout_deltas(stages))
+    assert all(list(r["changes"]) == ["after-after_sft", "after-before"] for r in rows)
+    assert all(list(r["pass@1"]) == ["before", "after_sft", "after"] for r in rows)

@@ -18,9 +18,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any, Optional
 
-from honing.eval.metrics import diff_ci, pass_at_k
-
-MIN_UNITS = 5
+from honing.eval.metrics import MIN_UNITS, diff_ci, pass_at_k
 
 
 def _per_task(result: dict, k: int) -> dict[str, dict[str, Any]]:

@@ -25,7 +25,7 @@ def evaluate(engine: Engine, tokenizer: PreTrainedTokenizerBase, tasks: Sequence
     if not tasks:
         return {"pass@1": float("nan"), "mean_reward": float("nan"), "n_tasks": 0, "infra_errors": 0,
                 "truncated_frac": 0.0, "per_domain_pass@1": {}, "per_task_pass@1": {}, "per_domain_behaviour": {},
-                "per_task_reward": {}, "examples": []}
+                "per_task_reward": {}, "per_task_domain": {}, "examples": []}
     trajs = (roll_out or (lambda e, tok, ts, p, sd: rollout(e, tok, ts, p, seed=sd)))(engine, tokenizer, tasks, params,
                                                                                       seed)
     per_task: dict[int, list] = defaultdict(list)
@@ -58,6 +58,7 @@ def evaluate(engine: Engine, tokenizer: PreTrainedTokenizerBase, tasks: Sequence
         "per_task_pass@1": {tasks[g].id: sum(v.passed for v in vs) / len(vs) for g, vs in sorted(per_task.items())},
         "per_domain_behaviour": {d: episode_behaviour(recs) for d, recs in sorted(episodes.items())},
         "per_task_reward": {tasks[g].id: sum(v.score for v in vs) / len(vs) for g, vs in sorted(per_task.items())},
+        "per_task_domain": {tasks[g].id: tasks[g].domain for g in sorted(per_task)},
         **({"per_task_cluster": structure} if len(set(structure.values())) < len(structure) else {}),
         "examples": [{"task": tasks[t.group].question, "completion": t.completion_text, "task_id": tasks[t.group].id,
                       "domain": tasks[t.group].domain, "passed": g.verdict.passed, "score": g.verdict.score,

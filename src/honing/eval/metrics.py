@@ -14,6 +14,10 @@ from typing import Any, Callable, Hashable, Sequence
 
 import numpy as np
 
+# A change is called significant only over at least this many independent units (structures, or tasks
+# where there are none): a bootstrap over one task has a zero-width interval (honing.eval.compare).
+MIN_UNITS = 5
+
 
 def pass_at_k(n: int, c: int, k: int) -> float:
     """Unbiased pass@k (Chen et al. 2021, "Evaluating Large Language Models Trained on Code"):
@@ -139,15 +143,51 @@ def heldout_deltas(stages: dict[str, dict | None]) -> dict[str, dict]:
     "delta": {"after-before": [delta, lo, hi], ...}}. Stages without per-task results are skipped.
     Where the stages have `per_task_cluster` (task id -> structure), the CIs resample structures, then
     tasks within them (tasks of one structure are not independent). Where the stages also have `per_task_reward` (the mean score per task: partial credit, e.g. CAD's
-    geometry layers), "mean_reward" and "reward_delta" hold the same for the reward."""
+    geometry layers), "mean_reward" and "reward_delta" hold the same for the reward. Where the stages
+    record `per_task_domain` (task id -> domain) and it names more than one domain, "per_domain" holds
+    the same dict for each domain's tasks alone (a mixed run: which domain moved, and by how much)."""
     clusters: dict[str, Hashable] = {}  # task id -> structure, where the evaluation recorded one
+    domains: dict[str, str] = {}  # task id -> domain, where the evaluation recorded it
     for v in stages.values():
         clusters.update((v or {}).get("per_task_cluster") or {})
+        domains.update((v or {}).get("per_task_domain") or {})
     out = _stage_cis(stages, "per_task_pass@1", "pass@1", "delta", clusters)
     rewards = _stage_cis(stages, "per_task_reward", "mean_reward", "reward_delta", clusters)
     if rewards["mean_reward"]:
         out.update(rewards)
+    if len(set(domains.values())) > 1:
+        out["per_domain"] = {}
+        for d in sorted(set(domains.values())):
+            ids = {t for t, x in domains.items() if x == d}
+            out["per_domain"][d] = {"tasks": len(ids), "units": len({clusters.get(t, t) for t in ids}),
+                                    **heldout_deltas({k: _only_tasks(v, ids) for k, v in stages.items()})}
     return out
+
+
+def domain_rows(ci: dict) -> list[dict[str, Any]]:
+    """One row per domain of `heldout_deltas(...)["per_domain"]`: its pass@1 [CI] at each stage, the paired
+    change of the last stage against the first and against the one before it, and `regressed`: a change
+    whose whole CI lies below zero over at least MIN_UNITS independent units (fewer cannot tell; as in
+    `honing eval compare`)."""
+    rows = []
+    for d, c in (ci.get("per_domain") or {}).items():
+        stages = list(c["pass@1"])
+        last = stages[-1] if stages else None
+        changes = {f"{last}-{s}": c["delta"].get(f"{last}-{s}") for s in ({stages[0], stages[-2]} if len(stages) > 1
+                                                                          else set())}
+        changes = {k: v for k, v in sorted(changes.items()) if v}
+        rows.append({"domain": d, "tasks": c["tasks"], "units": c["units"], "pass@1": c["pass@1"], "changes": changes,
+                     "regressed": c["units"] >= MIN_UNITS and any(v[2] < 0 for v in changes.values())})
+    return rows
+
+
+def _only_tasks(stage: dict | None, ids: set[str]) -> dict | None:
+    """A held-out stage restricted to some tasks (one domain's): its per-task maps filtered, the domain
+    map dropped (so the restricted stage does not split again)."""
+    if not stage:
+        return stage
+    keep = ("per_task_pass@1", "per_task_reward", "per_task_cluster")
+    return {k: {t: x for t, x in (stage.get(k) or {}).items() if t in ids} for k in keep if stage.get(k)}
 
 
 def _stage_cis(stages: dict[str, dict | None], key: str, level: str, delta: str,

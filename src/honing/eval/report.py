@@ -2,7 +2,8 @@
 
 Sections (each only when its data exists): reward and held-out pass@1 over steps, per-domain
 reward over steps, the run-health monitor's events (state.sqlite's `health_events`, else
-summary.json's), layer-by-layer reward (`reward/<domain>/<layer>` in metrics.jsonl),
+summary.json's), the run's own held-out pass@1 per domain at each stage with paired CIs
+(a mixed run), layer-by-layer reward (`reward/<domain>/<layer>` in metrics.jsonl),
 throughput and time split, per-domain evaluation tables with CIs, a comparison of the first
 and last evaluation, pass@k curves (every evaluation, so before/after overlay), and a
 trajectory browser over every graded training trajectory in the run's shards
@@ -298,6 +299,33 @@ def difficulty_table(e: dict) -> str:
             "</tr></thead><tbody>" + "".join(rows) + "</tbody></table>")
 
 
+def heldout_domain_table(summary: Optional[dict]) -> str:
+    """The run's own held-out evaluations per domain (summary.json heldout_ci's per_domain): pass@1 with its
+    95% CI at each stage and the paired change of the last stage; a change whose CI is wholly below 0
+    (over enough independent tasks) is marked REGRESSION."""
+    from honing.eval.metrics import domain_rows
+
+    rows = domain_rows((summary or {}).get("heldout_ci") or {})
+    if not rows:
+        return ""
+    stages = list(dict.fromkeys(k for r in rows for k in r["pass@1"]))
+    changes = list(dict.fromkeys(k for r in rows for k in r["changes"]))
+    body = []
+    for r in rows:
+        cells = [f"<td>{_cell(r['pass@1'][k][0], r['pass@1'][k][1:])}</td>" if k in r["pass@1"] else "<td>–</td>"
+                 for k in stages]
+        for k in changes:
+            x = r["changes"].get(k)
+            cls = "bad" if x and x[2] < 0 else ("good" if x and x[1] > 0 else "")
+            cells.append(f"<td class='{cls}'>{x[0]:+.3f} <span class=ci>[{x[1]:+.2f}, {x[2]:+.2f}]</span></td>" if x
+                         else "<td>–</td>")
+        body.append(f"<tr><td>{html.escape(r['domain'])}</td><td>{r['tasks']}</td>{''.join(cells)}"
+                    f"<td class=bad>{'REGRESSION' if r['regressed'] else ''}</td></tr>")
+    return ("<table class=metrics><thead><tr><th>domain</th><th>tasks</th>"
+            + "".join(f"<th>{html.escape(k)}</th>" for k in stages + changes) + "<th></th></tr></thead><tbody>"
+            + "".join(body) + "</tbody></table>")
+
+
 def compare_html(a: tuple[str, dict], b: tuple[str, dict]) -> str:
     from honing.eval.compare import compare
 
@@ -392,6 +420,8 @@ def build_html(title: str, rows: Sequence[dict], evals: Sequence[tuple[str, dict
         names = ", ".join(sorted({str(e.get("name")) for e in health}))
         facts.append(f"{len(health)} health event(s): {html.escape(names)}")
     parts.append(_section("Run health", health_table(health), "health"))
+    parts.append(_section("Held-out by domain (this run's evaluations, 95% bootstrap CIs)",
+                          heldout_domain_table(summary), "heldout-domains"))
     parts.append(_section("Reward by layer", _figure(plot_layers(rows), "layers"), "layers"))
     parts.append(_section("Throughput and time split", _figure(plot_time(rows), "time"), "time"))
     sched = plot_schedule(rows)

@@ -128,7 +128,7 @@ def policy_device(choice: str) -> torch.device:
 
 
 HELDOUT_KEYS = ("pass@1", "mean_reward", "n_tasks", "infra_errors", "per_domain_pass@1", "per_task_pass@1", "weights",
-                "per_domain_behaviour", "per_task_reward", "per_task_cluster", "reused_from")
+                "per_domain_behaviour", "per_task_reward", "per_task_cluster", "per_task_domain", "reused_from")
 
 
 def generates_in_driver(cfg: RunConfig) -> bool:
