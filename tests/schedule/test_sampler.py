@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 import zlib
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -307,3 +309,26 @@ def test_state_mismatch_is_refused(tmp_path: Path) -> None:
     short = TaskSampler([GenSource("m", "m", n=3)], [1.0], seed=0)
     with pytest.raises(ConfigError, match="fewer tasks"):
         short.load_state_dict({**short.state_dict(), "streams": [{"consumed": 5, "buffer": [], "exhausted": False}]})
+
+
+def test_a_source_named_twice_gets_its_own_task_ids() -> None:
+    """configs/mixed.yaml names finance twice (level 1, level 2): both streams yield 'finance/<split>/<seed>'.
+    Per-task records are keyed by id (held-out maps, revisits, state), so the repeat's ids carry '@s<index>';
+    the first occurrence keeps its ids (runs without a repeat are unchanged)."""
+    from honing.config import load_config
+    from honing.schedule.setup import build_tasks
+
+    cfg, _ = load_config("smoke", [
+        "eval.heldout_tasks=12", "tasks.sources=[{name: finance, params: {level: [1]}}, "
+        "{name: 'gym:basic_arithmetic'}, {name: finance, level: 1, params: {level: [2]}}]"])
+    setup = build_tasks(cfg)
+    ids = [t.id for t in setup.heldout]
+    assert len(ids) == len(set(ids)) == 12
+    fin = [t for t in setup.heldout if t.domain == "finance"]
+    assert sum(t.id.endswith("@s2") for t in fin) == 4 and sum("@" not in t.id for t in fin) == 4
+    plain = list(itertools.islice(make_source("finance", {"level": [1]}).tasks("heldout", cfg.tasks.heldout_seed), 4))
+    assert [t.id for t in fin if "@" not in t.id] == [t.id for t in plain]  # the first keeps its ids and tasks
+    level2 = list(itertools.islice(make_source("finance", {"level": [2]}).tasks("heldout", cfg.tasks.heldout_seed), 4))
+    assert [t for t in fin if t.id.endswith("@s2")] == [replace(t, id=t.id + "@s2") for t in level2]
+    a, b = (list(itertools.islice(setup.sources[i].tasks("train", 7), 50)) for i in (0, 2))
+    assert not {t.id for t in a} & {t.id for t in b} and setup.sources[2].domain == "finance"

@@ -71,7 +71,7 @@ def code_files(sources: Iterable[Any], plugins: Iterable[str] = ()) -> list[Path
     root = Path(__file__).resolve().parents[1]
     files = set(root.rglob("*.py"))
     for src in sources:
-        f = inspect.getsourcefile(type(src))
+        f = inspect.getsourcefile(type(getattr(src, "wrapped", src)))  # a TaggedSource: the source's own module
         if f:
             files.add(Path(f).resolve())
     for name in plugins:

@@ -216,13 +216,16 @@ def suite_tasks(suite: Suite, limit: Optional[int] = None) -> SuiteTasks:
 
 def _unique(tasks: list[Task], seen: set[str], source_index: int) -> list[Task]:
     """The same source twice with other params (finance level 1, then level 2) yields the same
-    ids: suffix repeats with '@s<source index>' so per-task results and comparisons stay keyed."""
+    ids: suffix repeats with '@s<source index>' (as a training run's repeated sources do: TaggedSource)
+    so per-task results and comparisons stay keyed."""
     from dataclasses import replace
+
+    from honing.tasks.types import source_suffix
 
     out = []
     for t in tasks:
         if t.id in seen:
-            t = replace(t, id=f"{t.id}@s{source_index}")
+            t = replace(t, id=t.id + source_suffix(source_index))
         seen.add(t.id)
         out.append(t)
     return out

@@ -18,6 +18,7 @@ from honing.rollout import Trajectory
 from honing.rollout.mixed import rollout_tasks
 from honing.schedule.sampler import TaskSampler, check_seed_ranges, heldout_tasks
 from honing.tasks import Task, make_source
+from honing.tasks.types import tag_repeated
 from honing.train import compute_advantages, grpo_advantages
 from honing.verify import VerifyContext
 from honing.verify.batch import BatchOptions, grade_trajectories
@@ -61,7 +62,9 @@ def make_sandbox(cfg: RunConfig, verifiers: Sequence[Any], multiturn: bool) -> A
 def build_tasks(cfg: RunConfig) -> Setup:
     t = cfg.tasks
     check_seed_ranges(t.train_seed, t.heldout_seed)
-    sources = [make_source(s.name, s.params, s.verifier, t.prompt_template, t.system_prompt) for s in t.sources]
+    sources = tag_repeated([s.name for s in t.sources],
+                           [make_source(s.name, s.params, s.verifier, t.prompt_template, t.system_prompt)
+                            for s in t.sources])
     held = heldout_tasks(sources, cfg.eval.heldout_tasks, t.heldout_seed)
     exclude = {h.question for h in held} if t.exclude_heldout_questions else set()
     sampler = TaskSampler(sources, [s.weight for s in t.sources], t.train_seed, exclude,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Iterator, Mapping, Protocol, runtime_checkable
 
@@ -59,6 +59,41 @@ class TaskSource(Protocol):
     def tasks(self, split: str, seed: int) -> Iterator[Task]:
         """Tasks of `split` ('train' or 'heldout') in a deterministic order given `seed`."""
         ...
+
+
+def source_suffix(index: int) -> str:
+    """What a repeated source's task ids carry: '@s<its index in the config or suite>'."""
+    return f"@s{index}"
+
+
+class TaggedSource:
+    """A task source whose task ids carry a suffix. One source named twice in a config (finance at level 1
+    and again at level 2) yields the same ids from both, and per-task records are keyed by id: held-out
+    results, revisits, state. `wrapped` is the source itself (its attributes read through)."""
+
+    def __init__(self, wrapped: Any, suffix: str) -> None:
+        self.wrapped = wrapped
+        self.suffix = suffix
+
+    def tasks(self, split: str, seed: int) -> Iterator[Task]:
+        for t in self.wrapped.tasks(split, seed):
+            yield replace(t, id=t.id + self.suffix)
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "wrapped":  # not set yet (copy, pickle): no recursion
+            raise AttributeError(name)
+        return getattr(self.wrapped, name)
+
+
+def tag_repeated(names: list[str], sources: list[Any]) -> list[Any]:
+    """`sources` (built from `names`, in config order) with every source whose name an earlier one already
+    had wrapped in a TaggedSource, so no two sources of one run share task ids. The first keeps its ids."""
+    seen: set[str] = set()
+    out = []
+    for i, (name, src) in enumerate(zip(names, sources)):
+        out.append(TaggedSource(src, source_suffix(i)) if name in seen else src)
+        seen.add(name)
+    return out
 
 
 def task_to_json(task: Task) -> dict[str, Any]:
