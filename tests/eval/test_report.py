@@ -382,3 +382,30 @@ def test_run_report_shows_held_out_per_domain_with_cis_and_marks_a_regression(tm
     assert "<th>after-before</th>" in section
     (run / "summary.json").write_text(json.dumps({"heldout_before": {"pass@1": 0.5}, "heldout_after": {"pass@1": 0.6}}))
     assert "id='heldout-domains'" not in write_report(run).read_text()  # one domain, or an old run: no section
+
+
+def test_run_report_lists_the_schedulers_weight_and_level_changes(tmp_path: Path) -> None:
+    """Curriculum steps and regression-guard weight changes (state.sqlite `events`) are a table under
+    Scheduling, with the reason; other event kinds are not listed there."""
+    import sqlite3
+
+    run = tmp_path / "mixed"
+    run.mkdir()
+    (run / "summary.json").write_text(json.dumps({"heldout_before": {"pass@1": 0.1}, "heldout_after": {"pass@1": 0.2}}))
+    db = sqlite3.connect(run / "state.sqlite")
+    db.execute("CREATE TABLE events(id INTEGER PRIMARY KEY AUTOINCREMENT, step INTEGER NOT NULL, kind TEXT NOT NULL, "
+               "domain TEXT, detail TEXT NOT NULL)")
+    for step, e in ((4, {"kind": "level", "domain": "finance", "old": 0, "new": 1, "reason": "pass rate 0.53 >= 0.5"}),
+                    (10, {"kind": "weight", "domain": "code:functions", "old": 1.0, "new": 1.6666667,
+                          "reason": "held-out pass@1 0.20 below best 0.31"}),
+                    (11, {"kind": "retry", "domain": "repair", "reason": "sandbox"})):
+        db.execute("INSERT INTO events(step, kind, domain, detail) VALUES(?,?,?,?)", (step, e["kind"], e["domain"],
+                                                                                     json.dumps({"step": step, **e})))
+    db.commit()
+    db.close()
+    page = write_report(run).read_text()
+    section = page[page.index("id='schedule'"):]
+    section = section[:section.index("</section>")]
+    rows = re.findall(r"<tr><td>(\d+)</td><td>([^<]+)</td><td>(\w+)</td><td>([^<]+)</td><td>([^<]*)</td></tr>", section)
+    assert rows == [("4", "finance", "level", "0 → 1", "pass rate 0.53 &gt;= 0.5"),
+                    ("10", "code:functions", "weight", "1 → 1.67", "held-out pass@1 0.20 below best 0.31")]

@@ -4,10 +4,11 @@ Sections (each only when its data exists): reward and held-out pass@1 over steps
 reward over steps, the run-health monitor's events (state.sqlite's `health_events`, else
 summary.json's), the run's own held-out pass@1 per domain at each stage with paired CIs
 (a mixed run), layer-by-layer reward (`reward/<domain>/<layer>` in metrics.jsonl),
-throughput and time split, per-domain evaluation tables with CIs, a comparison of the first
-and last evaluation, pass@k curves (every evaluation, so before/after overlay), and a
+throughput and time split with the scheduler's weight and curriculum changes, per-domain evaluation
+tables with CIs, a comparison of the first and last evaluation, pass@k curves (every evaluation, so before/after overlay), and a
 trajectory browser over every graded training trajectory in the run's shards
 (`trajectories/*.parquet`) and the evaluations' per-sample records (honing.eval.report_data).
+The tables are built in honing.eval.report_tables.
 
 Plots are inline SVG (matplotlib, Agg); the browser's data is inline gzip+base64 JSON that the
 page decompresses itself; nothing is fetched when the file is opened. Evaluations of a run are
@@ -22,13 +23,14 @@ import io
 import json
 import math
 import re
-import sqlite3
 from collections import defaultdict
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from honing.errors import HoningError
 from honing.eval.report_data import TRAINING, BrowserData, browser_data, encode
+from honing.eval.report_tables import (compare_html, difficulty_table, eval_table, health_table, heldout_domain_table,
+                                       read_health, read_schedule_events, schedule_events_table)
 from honing.eval.report_page import PAGE
 
 
@@ -56,38 +58,6 @@ def _series(rows: Sequence[dict], key: str) -> tuple[list[float], list[float]]:
             xs.append(r.get("step", len(xs)))
             ys.append(float(v))
     return xs, ys
-
-
-def read_health(run: Optional[Path], summary: Optional[dict]) -> list[dict]:
-    """The run-health events: state.sqlite's `health_events` (read-only; a run of an older honing has
-    none), else summary.json's `health_events`."""
-    path = run / "state.sqlite" if run is not None else None
-    if path is not None and path.is_file():
-        try:
-            db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
-            try:
-                return [{"step": s, "name": n, "severity": sev, "message": m, "values": json.loads(v), "at": at}
-                        for s, n, sev, m, v, at in db.execute(
-                            "SELECT step, name, severity, message, values_json, at FROM health_events ORDER BY id")]
-            finally:
-                db.close()
-        except (sqlite3.Error, ValueError):
-            pass
-    return [e for e in (summary or {}).get("health_events") or [] if isinstance(e, dict)]
-
-
-def health_table(events: Sequence[dict]) -> Optional[str]:
-    if not events:
-        return None
-    rows = "".join(
-        f"<tr><td>{e.get('step')}{' (final eval)' if e.get('at') == 'final_eval' else ''}</td>"
-        f"<td>{html.escape(str(e.get('name')))}</td>"
-        f"<td class='{'bad' if e.get('severity') == 'halt' else ''}'>{html.escape(str(e.get('severity')))}</td>"
-        f"<td>{html.escape(str(e.get('message')))}</td></tr>" for e in events)
-    return ("<p>Warning signs raised while the run trained (honing.schedule.health; thresholds in "
-            "<code>run.health</code>, severity <code>halt</code> for events in <code>run.halt_on</code>).</p>"
-            "<table class=metrics><thead><tr><th>step</th><th>event</th><th>severity</th><th>what</th></tr></thead>"
-            f"<tbody>{rows}</tbody></table>")
 
 
 # --- plots ----------------------------------------------------------------------------------------
@@ -259,102 +229,6 @@ def plot_passk(evals: Sequence[tuple[str, dict]]) -> Optional[str]:
     return _svg(fig)
 
 
-# --- tables ---------------------------------------------------------------------------------------
-def _cell(v: Any, ci: Any = None) -> str:
-    if v is None:
-        return "–"
-    s = f"{v:.3f}"
-    if ci:
-        s += f" <span class=ci>[{ci[0]:.2f}, {ci[1]:.2f}]</span>"
-    return s
-
-
-def eval_table(e: dict) -> str:
-    k = int(e.get("meta", {}).get("samples_per_task", 1))
-    head = ["domain", "tasks", "pass@1", f"pass@{k}", f"maj@{k}", "mean reward", "infra errors"]
-    rows = sorted(e["domains"].items())
-    if len(rows) > 1 and e.get("overall"):
-        rows.append(("all", e["overall"]))
-    body = []
-    for d, m in rows:
-        ci = m.get("ci", {})
-        body.append("<tr>" + "".join(f"<td>{c}</td>" for c in (
-            html.escape(d), m.get("n_tasks", ""), _cell(m.get("pass@1"), ci.get("pass@1")),
-            _cell(m.get(f"pass@{k}"), ci.get(f"pass@{k}")), _cell(m.get(f"maj@{k}"), ci.get(f"maj@{k}")),
-            _cell(m.get("mean_reward"), ci.get("mean_reward")), m.get("infra_errors", 0))) + "</tr>")
-    return ("<table class=metrics><thead><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr></thead><tbody>"
-            + "".join(body) + "</tbody></table>")
-
-
-def difficulty_table(e: dict) -> str:
-    """pass@1 per difficulty level of each domain that has more than one level."""
-    rows = []
-    for d, levels in sorted((e.get("difficulty") or {}).items()):
-        for lv, m in levels.items():
-            rows.append(f"<tr><td>{html.escape(d)}</td><td>{html.escape(lv)}</td><td>{m.get('n_tasks', '')}</td>"
-                        f"<td>{_cell(m.get('pass@1'), (m.get('ci') or {}).get('pass@1'))}</td></tr>")
-    if not rows:
-        return ""
-    return ("<table class=metrics><thead><tr><th>domain</th><th>difficulty</th><th>tasks</th><th>pass@1</th>"
-            "</tr></thead><tbody>" + "".join(rows) + "</tbody></table>")
-
-
-def heldout_domain_table(summary: Optional[dict]) -> str:
-    """The run's own held-out evaluations per domain (summary.json heldout_ci's per_domain): pass@1 with its
-    95% CI at each stage and the paired change of the last stage; a change whose CI is wholly below 0
-    (over enough independent tasks) is marked REGRESSION."""
-    from honing.eval.metrics import domain_rows
-
-    rows = domain_rows((summary or {}).get("heldout_ci") or {})
-    if not rows:
-        return ""
-    stages = list(dict.fromkeys(k for r in rows for k in r["pass@1"]))
-    changes = list(dict.fromkeys(k for r in rows for k in r["changes"]))
-    body = []
-    for r in rows:
-        cells = [f"<td>{_cell(r['pass@1'][k][0], r['pass@1'][k][1:])}</td>" if k in r["pass@1"] else "<td>–</td>"
-                 for k in stages]
-        for k in changes:
-            x = r["changes"].get(k)
-            cls = "bad" if x and x[2] < 0 else ("good" if x and x[1] > 0 else "")
-            cells.append(f"<td class='{cls}'>{x[0]:+.3f} <span class=ci>[{x[1]:+.2f}, {x[2]:+.2f}]</span></td>" if x
-                         else "<td>–</td>")
-        body.append(f"<tr><td>{html.escape(r['domain'])}</td><td>{r['tasks']}</td>{''.join(cells)}"
-                    f"<td class=bad>{'REGRESSION' if r['regressed'] else ''}</td></tr>")
-    return ("<table class=metrics><thead><tr><th>domain</th><th>tasks</th>"
-            + "".join(f"<th>{html.escape(k)}</th>" for k in stages + changes) + "<th></th></tr></thead><tbody>"
-            + "".join(body) + "</tbody></table>")
-
-
-def compare_html(a: tuple[str, dict], b: tuple[str, dict]) -> str:
-    from honing.eval.compare import compare
-
-    c = compare(a[1], b[1])
-    k = c["k"]
-    metrics = ["pass@1"] + ([f"pass@{k}", f"maj@{k}"] if k > 1 else [])
-    rows = []
-    for d, row in c["domains"].items():
-        cells = []
-        flag = ""
-        for m in metrics:
-            x = row.get(m)
-            if not x:
-                cells.append("<td>–</td>")
-                continue
-            cls = "bad" if x["significant"] and x["hi"] < 0 else ("good" if x["significant"] else "")
-            if cls == "bad" and d != "all":
-                flag = "REGRESSION"
-            cells.append(f"<td class='{cls}'>{x['a']:.3f} → {x['b']:.3f} ({x['delta']:+.3f} "
-                         f"<span class=ci>[{x['lo']:+.2f}, {x['hi']:+.2f}]</span>)</td>")
-        rows.append(f"<tr><td>{html.escape(d)}</td><td>{row['n_tasks']}</td>{''.join(cells)}"
-                    f"<td class=bad>{flag}</td></tr>")
-    notes = "".join(f"<p class=note>{html.escape(w)}</p>" for w in c["warnings"])
-    return (f"<p>{html.escape(b[0])} vs {html.escape(a[0])}: delta with 95% paired bootstrap CI over "
-            f"{c['shared_tasks']} shared tasks.</p>{notes}<table class=metrics><thead><tr><th>domain</th><th>tasks</th>"
-            + "".join(f"<th>{m}</th>" for m in metrics) + "<th></th></tr></thead><tbody>" + "".join(rows)
-            + "</tbody></table>")
-
-
 # --- trajectories ---------------------------------------------------------------------------------
 BROWSER = """<section id='browser'><h2>Trajectories</h2>{notes}<div class=filters>
 <label id=l-source>source <select id=f-source><option value=''>all</option></select></label>
@@ -425,8 +299,9 @@ def build_html(title: str, rows: Sequence[dict], evals: Sequence[tuple[str, dict
     parts.append(_section("Reward by layer", _figure(plot_layers(rows), "layers"), "layers"))
     parts.append(_section("Throughput and time split", _figure(plot_time(rows), "time"), "time"))
     sched = plot_schedule(rows)
-    if sched:
-        parts.append(_section("Scheduling", _figure(sched, "schedule"), "schedule"))
+    sched_events = schedule_events_table(read_schedule_events(run))
+    if sched or sched_events:
+        parts.append(_section("Scheduling", (_figure(sched, "schedule") or "") + sched_events, "schedule"))
     tables = "".join(f"<h3>{html.escape(n)}</h3>{eval_table(e)}{difficulty_table(e)}" for n, e in evals)
     parts.append(_section("Per-domain evaluation (95% bootstrap CIs)", tables, "domains"))
     if len(evals) >= 2:
